@@ -1,0 +1,51 @@
+"""The Celery configuration, built from Settings (JSON only, late acks, events on)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from config.settings import Settings
+
+TASK_MODULES = ["tasks.phases", "tasks.workflow", "tasks.maintenance"]
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """Every Celery setting agentstate relies on."""
+    return {
+        "broker_url": settings.broker_url,
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {"visibility_timeout": settings.visibility_timeout_s},
+        "result_backend": None,
+        "task_ignore_result": True,
+        # JSON only, in and out: a pickled message is refused, never executed.
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "event_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        # At-least-once: a message is acknowledged after its task ran, and a task whose
+        # worker died is delivered again. Version checks make the repeat harmless.
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        # Flower watches task events.
+        "worker_send_task_events": settings.task_events,
+        "task_send_sent_event": settings.task_events,
+        "task_default_queue": settings.queue,
+        "imports": [*TASK_MODULES, *settings.action_module_list],
+        "timezone": "UTC",
+        "beat_schedule": {
+            "agentstate-recovery-sweep": {
+                "task": "agentstate.recovery.sweep",
+                "schedule": settings.sweep_interval,
+            },
+            "agentstate-expire-idle-sessions": {
+                "task": "agentstate.session.expire_idle",
+                "schedule": max(settings.sweep_interval, 60.0),
+            },
+        },
+        "beat_schedule_filename": str(Path(tempfile.gettempdir()) / "agentstate-beat-schedule"),
+    }

@@ -1,0 +1,81 @@
+"""The one place that reads the environment (prefix ``AGENTSTATE_``)."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from functools import lru_cache
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class HopPolicy(StrEnum):
+    """How a turn moves from one phase to the next."""
+
+    EVERY_PHASE = "every_phase"
+    INLINE = "inline"
+
+
+class Settings(BaseSettings):
+    """Every knob of agentstate; see the README's configuration table."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENTSTATE_", frozen=True, extra="ignore")
+
+    redis_url: str = "redis://localhost:6379/0"
+    broker_url: str = ""
+    database_url: str = "sqlite:///agentstate.db"
+    lock_timeout: float = Field(30.0, gt=0)
+    session_ttl: float = Field(3600.0, gt=0)
+    cache_ttl: int = Field(3600, gt=0)
+    execution_timeout: float = Field(30.0, gt=0)
+    retry_backoff: float = Field(1.0, ge=0)
+    agent: str = "tasks.agent"
+    action_modules: str = ""
+    max_message_bytes: int = Field(65536, gt=0)
+    stuck_after: float = Field(60.0, gt=0)
+    hop_policy: HopPolicy = HopPolicy.EVERY_PHASE
+    # Not in the public surface, but handy for operators and benchmarks.
+    task_events: bool = True
+    sweep_interval: float = Field(15.0, gt=0)
+    max_recoveries: int = Field(3, ge=1)
+    auto_migrate: bool = True
+    queue: str = "agentstate"
+
+    @field_validator("agent", "queue")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _broker_defaults_to_redis(self) -> Settings:
+        if not self.broker_url:
+            object.__setattr__(self, "broker_url", self.redis_url)
+        return self
+
+    @property
+    def action_module_list(self) -> list[str]:
+        """The modules named by ``AGENTSTATE_ACTION_MODULES``, in order."""
+        return [name.strip() for name in self.action_modules.split(",") if name.strip()]
+
+    @property
+    def visibility_timeout_s(self) -> int:
+        """Broker redelivery delay: well above the longest task we run."""
+        longest = max(self.execution_timeout, self.lock_timeout, self.stuck_after)
+        return int(max(3600.0, longest * 4))
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide Settings (``get_settings.cache_clear()`` to re-read)."""
+    return Settings()
+
+
+_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<cred>[^@/\s]+)@")
+
+
+def redact_url(text: str) -> str:
+    """Hide the user:password part of every URL in ``text`` (for logs and errors)."""
+    return _CREDENTIALS.sub(lambda m: f"{m.group('scheme')}***@", text)

@@ -1,0 +1,139 @@
+"""Database engines (one per process and URL) and the Alembic schema upgrade."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import DBAPIError
+
+from config import redact_url
+from state.errors import ServiceUnavailableError
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_DIR = Path(__file__).with_name("schema")
+# Any constant works; it only has to be the same in every process that upgrades.
+_UPGRADE_LOCK_KEY = 0x61676E74
+_SQLITE_BUSY_TIMEOUT_S = 30
+
+_engines: dict[tuple[str, int], Engine] = {}
+_checked: set[tuple[str, int]] = set()
+_guard = threading.Lock()
+
+
+def get_engine(url: str, *, auto_migrate: bool = False) -> Engine:
+    """The engine for ``url`` in this process (engines never cross a fork)."""
+    key = (url, os.getpid())
+    engine = _engines.get(key)
+    if engine is None:
+        with _guard:
+            engine = _engines.get(key)
+            if engine is None:
+                engine = _create_engine(url)
+                _engines[key] = engine
+    if auto_migrate and key not in _checked:
+        ensure_schema(engine)
+        _checked.add(key)
+    return engine
+
+
+def dispose_engines() -> None:
+    """Forget every engine of this process (after a fork, or in tests)."""
+    with _guard:
+        for engine in _engines.values():
+            engine.dispose(close=False)
+        _engines.clear()
+        _checked.clear()
+
+
+def _create_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _create_sqlite_engine(url)
+    return create_engine(url, pool_size=5, max_overflow=10, pool_recycle=1800)
+
+
+def _create_sqlite_engine(url: str) -> Engine:
+    engine = create_engine(
+        url, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False}
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's BEGIN below control transactions, not the sqlite3 module.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # Take the write lock up front: two deferred transactions that both upgrade
+        # from read to write would deadlock and one would fail with "database is locked".
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def is_postgres(engine: Engine | Connection) -> bool:
+    """True for the Postgres backend."""
+    return engine.dialect.name == "postgresql"
+
+
+def alembic_config(engine: Engine) -> Any:
+    """An Alembic Config that runs our migrations against ``engine``."""
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(SCHEMA_DIR))
+    cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
+    return cfg
+
+
+def head_revision(engine: Engine) -> str:
+    """The newest schema revision this code knows."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The schema revision the database is at (None before the first upgrade)."""
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade_schema(engine: Engine) -> str:
+    """Bring the schema to head (safe to run from many processes at once)."""
+    from alembic import command
+
+    cfg = alembic_config(engine)
+    try:
+        with engine.begin() as conn:
+            if is_postgres(conn):
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _UPGRADE_LOCK_KEY})
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+    except DBAPIError as exc:
+        raise ServiceUnavailableError(
+            f"schema upgrade failed on {redact_url(str(engine.url))}: {exc.orig}"
+        ) from exc
+    return head_revision(engine)
+
+
+def ensure_schema(engine: Engine) -> None:
+    """Upgrade the schema if it is behind this code (the embedded-default convenience)."""
+    if current_revision(engine) != head_revision(engine):
+        logger.info("upgrading database schema at %s", redact_url(str(engine.url)))
+        upgrade_schema(engine)

@@ -1,0 +1,35 @@
+"""What the engines need from a task queue; ``tasks`` implements it with Celery."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class Dispatcher(Protocol):
+    """Enqueues work. Every message carries the version it expects, so duplicates are
+    harmless and a dispatch may safely be repeated."""
+
+    def phase(self, phase: str, session_id: str, version: int | None) -> None:
+        """Run ``phase`` of the session at ``version`` (None: start a turn if idle)."""
+
+    def timeout(self, session_id: str, deadline: float, delay_s: float) -> None:
+        """Check the session's execution deadline after ``delay_s`` seconds."""
+
+    def step(self, workflow_id: str, step_id: str, version: int, delay_s: float = 0.0) -> None:
+        """Run a workflow step at ``version`` after ``delay_s`` seconds."""
+
+
+class RecordingDispatcher:
+    """Collects dispatches instead of sending them (pure-logic tests, dry runs)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, tuple[object, ...]]] = []
+
+    def phase(self, phase: str, session_id: str, version: int | None) -> None:
+        self.sent.append(("phase", (phase, session_id, version)))
+
+    def timeout(self, session_id: str, deadline: float, delay_s: float) -> None:
+        self.sent.append(("timeout", (session_id, deadline, delay_s)))
+
+    def step(self, workflow_id: str, step_id: str, version: int, delay_s: float = 0.0) -> None:
+        self.sent.append(("step", (workflow_id, step_id, version, delay_s)))

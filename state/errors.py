@@ -1,0 +1,67 @@
+"""Every error agentstate raises, under one root."""
+
+from __future__ import annotations
+
+
+class AgentStateError(Exception):
+    """Base of every agentstate error."""
+
+
+class BadInputError(AgentStateError):
+    """The caller asked for something invalid; nothing was changed."""
+
+
+class InvalidIdError(BadInputError):
+    """An id is not 1-128 characters of letters, digits and ``._:-``."""
+
+
+class MessageTooLargeError(BadInputError):
+    """A message is larger than AGENTSTATE_MAX_MESSAGE_BYTES."""
+
+
+class InvalidPayloadError(BadInputError):
+    """A payload is not the JSON object it must be."""
+
+
+class WorkflowSpecError(BadInputError):
+    """A workflow spec is malformed, cyclic, dangling or names an unknown action."""
+
+
+class NotFoundError(BadInputError):
+    """The session, workflow or user named does not exist."""
+
+
+class SessionOwnershipError(BadInputError):
+    """The session belongs to another user."""
+
+
+class InvalidTransitionError(AgentStateError):
+    """The trigger is not allowed from the machine's current state."""
+
+
+class StaleStateError(AgentStateError):
+    """The state changed (or the lock was lost) since it was read; nothing was written."""
+
+
+class StateLockAcquisitionError(AgentStateError):
+    """The state lock stayed busy through every retry."""
+
+
+class MigrationError(AgentStateError):
+    """A stored document cannot be migrated to the running code's version."""
+
+
+class FutureVersionError(MigrationError):
+    """A stored document is newer than the running code; it is refused and left as is."""
+
+
+class CorruptStateError(AgentStateError):
+    """A stored document is not valid state and has been quarantined."""
+
+
+class ServiceUnavailableError(AgentStateError):
+    """Redis or the database did not answer within the retry budget."""
+
+
+class UnknownActionError(WorkflowSpecError):
+    """A workflow step names an action that is not registered."""

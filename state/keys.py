@@ -1,0 +1,34 @@
+"""Every Redis key agentstate uses.
+
+Keys of one session share a hash tag (``{session_id}``) so that the scripts touching
+the lock and the cache together also work on Redis Cluster. Ids never contain braces.
+"""
+
+from __future__ import annotations
+
+PREFIX = "agentstate"
+
+
+def session_lock(session_id: str) -> str:
+    """The lock that serializes work on one session."""
+    return f"{PREFIX}:session:{{{session_id}}}:lock"
+
+
+def session_cache(session_id: str) -> str:
+    """The hot copy of a session's state document (without its history)."""
+    return f"{PREFIX}:session:{{{session_id}}}:cache"
+
+
+def user_state_cache(user_id: str) -> str:
+    """The hot copy of a user's persistent state."""
+    return f"{PREFIX}:user:{{{user_id}}}:cache"
+
+
+def sweep_lock() -> str:
+    """Held while one recovery sweep runs, so that two beats never sweep at once."""
+    return f"{PREFIX}:sweep:lock"
+
+
+def everything() -> str:
+    """A SCAN pattern matching every key above."""
+    return f"{PREFIX}:*"

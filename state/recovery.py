@@ -1,0 +1,146 @@
+"""The recovery sweep: finds work whose task was lost and enqueues it again.
+
+"Assume state can be lost at any time; fast recovery matters more than preventing loss."
+Everything the sweep re-enqueues carries the version it expects, so re-enqueueing work
+that is in fact still running is harmless: the version guard drops the loser. A turn or
+step recovered more than AGENTSTATE_MAX_RECOVERIES times at the same version is poison:
+the turn ends with an apology, the step fails, and the reason is recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Any
+
+import redis
+
+from state import keys
+from state.session import utcnow
+from state.session_store import Snapshot
+from state.turns import ERROR_REPLY, TurnEngine
+from state.workflow_engine import WorkflowEngine
+from state.workflow_store import RUNNING
+
+logger = logging.getLogger(__name__)
+
+BATCH = 500
+
+
+@dataclass
+class SweepReport:
+    """What one sweep found and did."""
+
+    sessions_resumed: int = 0
+    turns_started: int = 0
+    sessions_poisoned: int = 0
+    steps_redispatched: int = 0
+    steps_poisoned: int = 0
+    skipped_busy: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+class RecoverySweep:
+    """One pass over sessions and steps that stopped making progress."""
+
+    def __init__(self, turns: TurnEngine, workflows: WorkflowEngine) -> None:
+        self.turns = turns
+        self.workflows = workflows
+        self.settings = turns.settings
+
+    def run(self) -> SweepReport:
+        """Sweep once (skipped if another sweep holds the sweep lock)."""
+        report = SweepReport()
+        lock = self._sweep_lock()
+        if lock is False:
+            logger.info("another recovery sweep is running; skipping this one")
+            return report
+        try:
+            cutoff = utcnow() - timedelta(seconds=self.settings.stuck_after)
+            self._sessions(cutoff, report)
+            self._inboxes(cutoff, report)
+            self._steps(cutoff, report)
+        finally:
+            self._release_sweep_lock(lock)
+        if any(report.as_dict().values()):
+            logger.warning("recovery sweep: %s", report.as_dict())
+        return report
+
+    def _sessions(self, cutoff: Any, report: SweepReport) -> None:
+        for session_id in self.turns.sessions.stuck(cutoff, BATCH):
+            snap = self.turns.sessions.load_from_database(session_id)
+            if snap is None or snap.phase in ("idle", "clarifying"):
+                continue
+            if self.turns.sync.current_holder(session_id) is not None:
+                report.skipped_busy += 1  # a live worker holds (and renews) its lock
+                continue
+            if snap.phase == "executing" and self.turns.waiting_on_workflow(snap):
+                self.turns.resume(snap)  # only a passed deadline acts here
+                continue
+            self._recover_session(snap, report)
+
+    def _recover_session(self, snap: Snapshot, report: SweepReport) -> None:
+        count = self.turns.sessions.note_recovery(snap)
+        if count is None:
+            return  # it moved on meanwhile
+        if count > self.settings.max_recoveries:
+            cause = f"gave up after {count - 1} recoveries in phase {snap.phase}"
+            self.turns.break_turn(snap, "error_occurred", ERROR_REPLY, cause)
+            report.sessions_poisoned += 1
+            return
+        moved = self.turns.sessions.load_from_database(snap.session_id)
+        if moved is not None:
+            self.turns.resume(moved)
+            report.sessions_resumed += 1
+
+    def _inboxes(self, cutoff: Any, report: SweepReport) -> None:
+        for session_id in self.turns.sessions.waiting_inbox(cutoff, BATCH):
+            snap = self.turns.sessions.load_from_database(session_id)
+            if snap is None or snap.phase not in ("idle", "clarifying"):
+                continue  # mid-turn: the turn picks the message up when it ends
+            if self.turns.sync.current_holder(session_id) is not None:
+                report.skipped_busy += 1
+                continue
+            count = self.turns.sessions.note_recovery(snap)
+            if count is not None and count > self.settings.max_recoveries:
+                self.turns.reject_next_message(snap, f"gave up after {count - 1} attempts")
+                report.sessions_poisoned += 1
+                continue
+            self.turns.dispatcher.phase("understanding", session_id, None)
+            report.turns_started += 1
+
+    def _steps(self, cutoff: Any, report: SweepReport) -> None:
+        for workflow_id, step_id, version, status in self.workflows.store.stuck(cutoff, BATCH):
+            # Only a running step whose lease expired is evidence of a lost worker; ready
+            # steps may just be waiting in a long queue and are re-sent without counting.
+            count = self.workflows.store.note_recovery(
+                workflow_id, step_id, version, count=status == RUNNING
+            )
+            if count is None:
+                continue
+            if status == RUNNING and count > self.settings.max_recoveries:
+                reason = f"worker lost {count - 1} times; gave up"
+                self.workflows.follow(
+                    self.workflows.store.abandon(workflow_id, step_id, version, reason)
+                )
+                report.steps_poisoned += 1
+                continue
+            self.workflows.dispatcher.step(workflow_id, step_id, version)
+            report.steps_redispatched += 1
+
+    def _sweep_lock(self) -> str | bool | None:
+        token = utcnow().isoformat()
+        ttl_ms = int(max(self.settings.sweep_interval, 30.0) * 1000)
+        try:
+            acquired = self.turns.sync.redis.set(keys.sweep_lock(), token, nx=True, px=ttl_ms)
+        except redis.RedisError:
+            return None  # without Redis, sweep anyway: every action is version-guarded
+        return token if acquired else False
+
+    def _release_sweep_lock(self, token: str | bool | None) -> None:
+        if isinstance(token, str):
+            self.turns.sync.release_key(keys.sweep_lock(), token)

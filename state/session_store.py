@@ -1,0 +1,538 @@
+"""Layer 1 storage: session rows, their append-only history and their inbox.
+
+A session row holds the state document without its history; history items are rows of
+``messages`` that a turn appends and never rewrites, so the cost of a turn does not grow
+with the conversation. Every write is guarded by the row's ``version``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from state import codec, keys
+from state.cache import CachedEntry, StateCache
+from state.errors import (
+    CorruptStateError,
+    FutureVersionError,
+    MigrationError,
+    SessionOwnershipError,
+    StaleStateError,
+)
+from state.ids import new_id
+from state.machine import RESTING_STATES as RESTING
+from state.migrate import StateMigrator, stamp
+from state.quarantine import quarantine
+from state.session import SessionState, SessionStatus, utcnow
+from state.tables import inbox, messages, sessions
+
+logger = logging.getLogger(__name__)
+
+Document = dict[str, Any]
+TransactionOp = Callable[[Connection], None]
+_migrator = StateMigrator()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A session row as read at one revision (``version``)."""
+
+    session_id: str
+    user_id: str
+    phase: str
+    status: str
+    version: int
+    doc: Document
+    message_count: int
+    last_task_id: str | None = None
+    deadline_at: float | None = None
+
+    def to_cache(self) -> Document:
+        """The cache payload (everything but the revision, which the entry carries)."""
+        return {
+            "user_id": self.user_id,
+            "phase": self.phase,
+            "status": self.status,
+            "doc": self.doc,
+            "message_count": self.message_count,
+            "last_task_id": self.last_task_id,
+            "deadline_at": self.deadline_at,
+        }
+
+    @classmethod
+    def from_cache(cls, session_id: str, revision: int, payload: Document) -> Snapshot:
+        """Rebuild from a cache payload (KeyError/TypeError if it is not one)."""
+        return cls(
+            session_id=session_id,
+            user_id=str(payload["user_id"]),
+            phase=str(payload["phase"]),
+            status=str(payload["status"]),
+            version=revision,
+            doc=dict(payload["doc"]),
+            message_count=int(payload["message_count"]),
+            last_task_id=payload.get("last_task_id"),
+            deadline_at=payload.get("deadline_at"),
+        )
+
+
+@dataclass
+class SessionChange:
+    """Everything one guarded commit writes, in one transaction."""
+
+    phase: str
+    status: str
+    doc: Document
+    new_messages: list[Document] = field(default_factory=list)
+    task_id: str | None = None
+    deadline_at: float | None = None
+    inbox_state: dict[str, str] = field(default_factory=dict)
+    ops: list[TransactionOp] = field(default_factory=list)
+    check_inbox: bool = False
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """The snapshot after a commit, and whether messages are waiting in the inbox."""
+
+    snapshot: Snapshot
+    queued: bool
+
+
+@dataclass(frozen=True)
+class InboxItem:
+    """A user message accepted for a session."""
+
+    message_id: str
+    session_id: str
+    seq: int
+    text: str
+    state: str
+    created_at: datetime
+
+
+def _insert_for(conn: Connection) -> Any:
+    return (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
+
+
+def new_document(session_id: str, user_id: str) -> Document:
+    """The state document of a brand-new session (without history)."""
+    doc = SessionState.new(session_id, user_id).to_document()
+    doc.pop("message_history")
+    return stamp(doc)
+
+
+class SessionStore:
+    """Reads and guarded writes of sessions; hot reads come from the cache."""
+
+    def __init__(self, engine: Engine, cache: StateCache) -> None:
+        self.engine = engine
+        self.cache = cache
+
+    # -- reading ---------------------------------------------------------------
+
+    def load(self, session_id: str, expected_version: int | None = None) -> Snapshot | None:
+        """The session, from the cache when it holds ``expected_version``, else the DB."""
+        if expected_version is not None:
+            cached = self.cached(session_id)
+            if cached is not None and cached.version == expected_version:
+                return cached
+        return self.load_from_database(session_id)
+
+    def cached(self, session_id: str) -> Snapshot | None:
+        """The cached snapshot if it is readable and current-version, else None."""
+        entry = self.cache.get(keys.session_cache(session_id))
+        return None if entry is None else self.cached_from_entry(session_id, entry)
+
+    def cached_from_entry(self, session_id: str, entry: CachedEntry) -> Snapshot | None:
+        """A snapshot from a cache entry already read (None if it is not usable)."""
+        try:
+            snapshot = Snapshot.from_cache(session_id, *entry)
+            if _migrator.needs_migration(snapshot.doc):
+                return None
+        except (KeyError, TypeError, ValueError, MigrationError):
+            return None
+        return snapshot
+
+    def publish(self, snapshot: Snapshot) -> None:
+        """Write a committed snapshot to the cache."""
+        self.cache.put(
+            keys.session_cache(snapshot.session_id), snapshot.version, snapshot.to_cache()
+        )
+
+    def load_from_database(self, session_id: str) -> Snapshot | None:
+        """Read (and migrate, writing the upgrade back) the session row."""
+        with self.engine.begin() as conn:
+            snapshot = self._read(conn, session_id)
+        if snapshot is not None:
+            self.publish(snapshot)
+        return snapshot
+
+    def _read(self, conn: Connection, session_id: str) -> Snapshot | None:
+        row = conn.execute(select(sessions).where(sessions.c.session_id == session_id)).first()
+        if row is None:
+            return None
+        snapshot = Snapshot(
+            session_id=row.session_id,
+            user_id=row.user_id,
+            phase=row.phase,
+            status=row.status,
+            version=int(row.version),
+            doc={},
+            message_count=int(row.message_count),
+            last_task_id=row.last_task_id,
+            deadline_at=row.deadline_at,
+        )
+        try:
+            doc = _decode(row.doc)
+            needs_upgrade = "message_history" in doc or _migrator.needs_migration(doc)
+            if needs_upgrade:
+                snapshot = self._upgrade(conn, snapshot, doc)
+                doc = snapshot.doc
+            SessionState.from_document({**doc, "session_id": snapshot.session_id})
+        except FutureVersionError:
+            raise
+        except (CorruptStateError, MigrationError) as exc:
+            return self._quarantine(conn, snapshot, row.doc, str(exc))
+        return replace(snapshot, doc=doc)
+
+    def _upgrade(self, conn: Connection, snapshot: Snapshot, doc: Document) -> Snapshot:
+        # A legacy document carries its history inline: migrate it, move the history
+        # into ``messages`` and write the slimmer document back at the same revision.
+        migrated = _migrator.migrate(doc)
+        history = migrated.pop("message_history", [])
+        _insert_messages(conn, snapshot.session_id, snapshot.message_count, history)
+        result = conn.execute(
+            update(sessions)
+            .where(
+                sessions.c.session_id == snapshot.session_id,
+                sessions.c.version == snapshot.version,
+            )
+            .values(doc=migrated, message_count=snapshot.message_count + len(history))
+        )
+        if result.rowcount != 1:
+            raise StaleStateError(f"session {snapshot.session_id} changed while migrating")
+        logger.info("session %s: state migrated to v%s", snapshot.session_id, migrated["_version"])
+        return replace(snapshot, doc=migrated, message_count=snapshot.message_count + len(history))
+
+    def _quarantine(self, conn: Connection, snapshot: Snapshot, raw: str, reason: str) -> Snapshot:
+        # Keep the bad document for an operator and give the session a fresh one, so
+        # that loading it never fails again; its history rows are untouched.
+        quarantine(conn, "session", snapshot.session_id, raw, reason)
+        doc = new_document(snapshot.session_id, snapshot.user_id)
+        doc["metadata"]["quarantined"] = reason
+        version = snapshot.version + 1
+        conn.execute(
+            update(sessions)
+            .where(sessions.c.session_id == snapshot.session_id)
+            .values(doc=doc, phase="idle", version=version, updated_at=utcnow(), deadline_at=None)
+        )
+        logger.error(
+            "session %s: stored state is corrupt, quarantined: %s", snapshot.session_id, reason
+        )
+        return replace(snapshot, doc=doc, phase="idle", version=version, deadline_at=None)
+
+    def history(self, session_id: str, *, last: int | None = None) -> list[Document]:
+        """The message history in order (only the ``last`` n items if given)."""
+        query = select(
+            messages.c.role, messages.c.content, messages.c.timestamp, messages.c["metadata"]
+        ).where(messages.c.session_id == session_id)
+        if last is not None:
+            query = query.order_by(messages.c.seq.desc()).limit(last)
+        else:
+            query = query.order_by(messages.c.seq)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        items = [
+            {"role": r[0], "content": r[1], "timestamp": r[2], "metadata": codec.loads(r[3])}
+            for r in rows
+        ]
+        return items[::-1] if last is not None else items
+
+    def document(self, session_id: str) -> Document | None:
+        """The full state document with its history, JSON-ready."""
+        snapshot = self.load_from_database(session_id)
+        if snapshot is None:
+            return None
+        return full_document(snapshot, self.history(session_id))
+
+    # -- writing ---------------------------------------------------------------
+
+    def create(self, session_id: str, user_id: str) -> Snapshot:
+        """Create the session if it does not exist; return it either way."""
+        with self.engine.begin() as conn:
+            _insert_session(conn, session_id, user_id)
+            snapshot = self._read(conn, session_id)
+        assert snapshot is not None
+        return snapshot
+
+    def commit(
+        self,
+        snapshot: Snapshot,
+        change: SessionChange,
+        before_commit: Callable[[], bool] | None = None,
+    ) -> CommitResult:
+        """Write ``change`` if the session is still at ``snapshot.version``.
+
+        Raises StaleStateError (and writes nothing) if another writer got there first or
+        ``before_commit`` reports that our lock was lost.
+        """
+        version = snapshot.version + 1
+        with self.engine.begin() as conn:
+            if snapshot.version == 0:
+                _insert_session(conn, snapshot.session_id, change.doc.get("user_id") or "")
+            self._guarded_update(conn, snapshot, change, version)
+            _insert_messages(conn, snapshot.session_id, snapshot.message_count, change.new_messages)
+            for message_id, state in change.inbox_state.items():
+                conn.execute(
+                    update(inbox).where(inbox.c.message_id == message_id).values(state=state)
+                )
+            for op in change.ops:
+                op(conn)
+            queued = change.check_inbox and has_queued(conn, snapshot.session_id)
+            if before_commit is not None and not before_commit():
+                raise StaleStateError(
+                    f"session {snapshot.session_id}: the state lock was lost before commit"
+                )
+        new = Snapshot(
+            session_id=snapshot.session_id,
+            user_id=snapshot.user_id or str(change.doc.get("user_id") or ""),
+            phase=change.phase,
+            status=change.status,
+            version=version,
+            doc=change.doc,
+            message_count=snapshot.message_count + len(change.new_messages),
+            last_task_id=change.task_id,
+            deadline_at=change.deadline_at,
+        )
+        return CommitResult(new, queued)
+
+    def _guarded_update(
+        self, conn: Connection, snapshot: Snapshot, change: SessionChange, version: int
+    ) -> None:
+        change.doc["phase"] = change.phase
+        change.doc["status"] = change.status
+        result = conn.execute(
+            update(sessions)
+            .where(
+                sessions.c.session_id == snapshot.session_id,
+                sessions.c.version == snapshot.version,
+            )
+            .values(
+                version=version,
+                phase=change.phase,
+                status=change.status,
+                doc=change.doc,
+                message_count=snapshot.message_count + len(change.new_messages),
+                last_task_id=change.task_id,
+                deadline_at=change.deadline_at,
+                recoveries=0,
+                updated_at=utcnow(),
+            )
+        )
+        if result.rowcount != 1:
+            raise StaleStateError(
+                f"session {snapshot.session_id} is no longer at revision {snapshot.version}"
+            )
+
+    # -- the inbox -------------------------------------------------------------
+
+    def accept_message(self, session_id: str, user_id: str, text: str) -> InboxItem:
+        """Store a user message durably, creating the session for ``user_id`` if new."""
+        message_id = new_id("msg")
+        now = utcnow()
+        with self.engine.begin() as conn:
+            _insert_session(conn, session_id, user_id)
+            # Taking the row lock here orders inbox sequence numbers by commit, so a
+            # turn never starts a later message while an earlier one is uncommitted.
+            owner, seq = conn.execute(
+                update(sessions)
+                .where(sessions.c.session_id == session_id)
+                .values(inbox_seq=sessions.c.inbox_seq + 1)
+                .returning(sessions.c.user_id, sessions.c.inbox_seq)
+            ).one()
+            if owner != user_id:
+                raise SessionOwnershipError(
+                    f"session {session_id} belongs to another user; use your own session id"
+                )
+            conn.execute(
+                insert(inbox).values(
+                    message_id=message_id,
+                    session_id=session_id,
+                    seq=seq,
+                    text=text,
+                    state="queued",
+                    created_at=now,
+                )
+            )
+        return InboxItem(message_id, session_id, int(seq), text, "queued", now)
+
+    def next_queued(self, session_id: str) -> InboxItem | None:
+        """The oldest message of the session that has not started its turn."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(inbox)
+                .where(inbox.c.session_id == session_id, inbox.c.state == "queued")
+                .order_by(inbox.c.seq)
+                .limit(1)
+            ).first()
+        if row is None:
+            return None
+        return InboxItem(
+            row.message_id, row.session_id, row.seq, row.text, row.state, row.created_at
+        )
+
+    def queued_count(self, session_id: str) -> int:
+        """How many messages wait for their turn."""
+        with self.engine.connect() as conn:
+            return int(
+                conn.execute(
+                    select(func.count())
+                    .select_from(inbox)
+                    .where(inbox.c.session_id == session_id, inbox.c.state == "queued")
+                ).scalar_one()
+            )
+
+    # -- recovery --------------------------------------------------------------
+
+    def stuck(self, cutoff: datetime, limit: int) -> list[str]:
+        """Sessions mid-turn that made no progress since ``cutoff``."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(sessions.c.session_id)
+                .where(
+                    sessions.c.phase.not_in(tuple(RESTING)),
+                    sessions.c.updated_at < cutoff,
+                )
+                .order_by(sessions.c.updated_at)
+                .limit(limit)
+            )
+            return [r[0] for r in rows]
+
+    def waiting_inbox(self, cutoff: datetime, limit: int) -> list[str]:
+        """Sessions with a message queued since before ``cutoff`` (its kick may be lost)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(inbox.c.session_id)
+                .where(inbox.c.state == "queued", inbox.c.created_at < cutoff)
+                .group_by(inbox.c.session_id)
+                .limit(limit)
+            )
+            return [r[0] for r in rows]
+
+    def note_recovery(self, snapshot: Snapshot) -> int | None:
+        """Count one recovery of the session at its version; None if it moved on."""
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                update(sessions)
+                .where(
+                    sessions.c.session_id == snapshot.session_id,
+                    sessions.c.version == snapshot.version,
+                )
+                .values(recoveries=sessions.c.recoveries + 1, updated_at=utcnow())
+                .returning(sessions.c.recoveries)
+            ).first()
+        return None if row is None else int(row[0])
+
+    def expire_idle(self, cutoff: datetime) -> int:
+        """Mark sessions resting since before ``cutoff`` as timed out; return how many."""
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                update(sessions)
+                .where(
+                    sessions.c.phase.in_(tuple(RESTING)),
+                    sessions.c.status.in_(("active", "paused")),
+                    sessions.c.updated_at < cutoff,
+                )
+                .values(status=SessionStatus.TIMEOUT.value, version=sessions.c.version + 1)
+            )
+        return int(result.rowcount)
+
+    def session_ids(self, after: str, limit: int) -> list[str]:
+        """Session ids in order, a page at a time (for ``agentstate migrate``)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(sessions.c.session_id)
+                .where(sessions.c.session_id > after)
+                .order_by(sessions.c.session_id)
+                .limit(limit)
+            )
+            return [r[0] for r in rows]
+
+
+def has_queued(conn: Connection, session_id: str) -> bool:
+    """Whether a message of the session waits in the inbox (inside ``conn``)."""
+    row = conn.execute(
+        select(inbox.c.message_id)
+        .where(inbox.c.session_id == session_id, inbox.c.state == "queued")
+        .limit(1)
+    ).first()
+    return row is not None
+
+
+def full_document(snapshot: Snapshot, history: list[Document]) -> Document:
+    """The session as one JSON-ready document (the seed's fields, phase, _version)."""
+    doc = dict(snapshot.doc)
+    doc.update(
+        session_id=snapshot.session_id,
+        user_id=snapshot.user_id,
+        phase=snapshot.phase,
+        status=snapshot.status,
+        message_history=history,
+        revision=snapshot.version,
+    )
+    return doc
+
+
+def _decode(raw: str) -> Document:
+    try:
+        doc = codec.loads(raw)
+    except ValueError as exc:
+        raise CorruptStateError(f"state is not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise CorruptStateError(f"state is a {type(doc).__name__}, not an object")
+    return doc
+
+
+def _insert_session(conn: Connection, session_id: str, user_id: str) -> None:
+    now = utcnow()
+    stmt = _insert_for(conn)(sessions).values(
+        session_id=session_id,
+        user_id=user_id,
+        phase="idle",
+        status=SessionStatus.ACTIVE.value,
+        version=0,
+        doc=new_document(session_id, user_id),
+        message_count=0,
+        inbox_seq=0,
+        recoveries=0,
+        created_at=now,
+        updated_at=now,
+    )
+    conn.execute(stmt.on_conflict_do_nothing(index_elements=[sessions.c.session_id]))
+
+
+def _insert_messages(
+    conn: Connection, session_id: str, first_seq: int, items: list[Document]
+) -> None:
+    if not items:
+        return
+    conn.execute(
+        insert(messages),
+        [
+            {
+                "session_id": session_id,
+                "seq": first_seq + offset,
+                "role": str(item.get("role", "user")),
+                "content": str(item.get("content", "")),
+                "timestamp": str(item.get("timestamp") or utcnow().isoformat()),
+                "metadata": item.get("metadata") or {},
+            }
+            for offset, item in enumerate(items)
+        ],
+    )

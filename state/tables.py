@@ -1,0 +1,207 @@
+"""The database schema (SQLAlchemy 2.0 typed models); Alembic migrations create it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    DateTime,
+    Dialect,
+    Float,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    cast,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeEngine
+
+from state import codec
+
+ID = String(128)
+# SQLite only auto-increments an INTEGER PRIMARY KEY.
+AUTO_ID = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class JSONText(TypeDecorator[str]):
+    """JSON stored as JSONB on Postgres and TEXT elsewhere, always read back as raw text.
+
+    Reading raw text lets the store parse it itself, so a corrupted row is reported and
+    quarantined instead of failing inside the driver.
+    """
+
+    impl = Text
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(JSONB())
+        return dialect.type_descriptor(Text())
+
+    def column_expression(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
+        return cast(column, Text)
+
+    def bind_processor(self, dialect: Dialect) -> Any:
+        # JSON text goes to the driver as is; Postgres casts the literal to JSONB on write.
+        return _to_json_text
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Any:
+        return None
+
+
+def _to_json_text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return codec.dumps(value)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every agentstate table."""
+
+
+class UserState(Base):
+    """Layer 3: a user's persistent state (the seed's table; added columns have defaults)."""
+
+    __tablename__ = "user_state"
+
+    user_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    state: Mapped[str] = mapped_column(JSONText, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=text("CURRENT_TIMESTAMP")
+    )
+    version: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+
+
+class SessionRow(Base):
+    """Layer 1: one session's state document (history lives in ``messages``)."""
+
+    __tablename__ = "sessions"
+
+    session_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    user_id: Mapped[str] = mapped_column(ID, nullable=False, index=True)
+    phase: Mapped[str] = mapped_column(String(32), nullable=False, server_default="idle")
+    status: Mapped[str] = mapped_column(String(16), nullable=False, server_default="active")
+    version: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    doc: Mapped[str] = mapped_column(JSONText, nullable=False)
+    message_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    inbox_seq: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    last_task_id: Mapped[str | None] = mapped_column(String(255))
+    deadline_at: Mapped[float | None] = mapped_column(Float)
+    recoveries: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+    __table_args__ = (Index("ix_sessions_phase_updated", "phase", "updated_at"),)
+
+
+class MessageRow(Base):
+    """One history item; appended, never rewritten."""
+
+    __tablename__ = "messages"
+
+    id: Mapped[int] = mapped_column(AUTO_ID, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(ID, nullable=False)
+    seq: Mapped[int] = mapped_column(Integer, nullable=False)
+    role: Mapped[str] = mapped_column(String(16), nullable=False)
+    content: Mapped[str] = mapped_column(Text, nullable=False)
+    timestamp: Mapped[str] = mapped_column(String(64), nullable=False)
+    meta: Mapped[str] = mapped_column("metadata", JSONText, nullable=False)
+
+    __table_args__ = (UniqueConstraint("session_id", "seq", name="uq_messages_session_seq"),)
+
+
+class InboxRow(Base):
+    """A user message accepted for a session, waiting for (or given) its turn."""
+
+    __tablename__ = "inbox"
+
+    message_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ID, nullable=False)
+    seq: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    text: Mapped[str] = mapped_column(Text, nullable=False)
+    state: Mapped[str] = mapped_column(String(16), nullable=False, server_default="queued")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+    __table_args__ = (
+        UniqueConstraint("session_id", "seq", name="uq_inbox_session_seq"),
+        Index("ix_inbox_state_created", "state", "created_at"),
+    )
+
+
+class WorkflowRow(Base):
+    """Layer 2: one workflow and its running totals."""
+
+    __tablename__ = "workflows"
+
+    workflow_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    session_id: Mapped[str | None] = mapped_column(ID, index=True)
+    status: Mapped[str] = mapped_column(String(16), nullable=False, server_default="running")
+    context: Mapped[str] = mapped_column(JSONText, nullable=False)
+    total_steps: Mapped[int] = mapped_column(Integer, nullable=False)
+    remaining_steps: Mapped[int] = mapped_column(Integer, nullable=False)
+    failed_steps: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    resume_version: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (Index("ix_workflows_status", "status"),)
+
+
+class StepRow(Base):
+    """One workflow step; ``remaining_deps`` counts its unfinished dependencies."""
+
+    __tablename__ = "workflow_steps"
+
+    workflow_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    step_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    step_name: Mapped[str] = mapped_column(String(255), nullable=False)
+    action: Mapped[str] = mapped_column(String(128), nullable=False)
+    status: Mapped[str] = mapped_column(String(16), nullable=False)
+    inputs: Mapped[str] = mapped_column(JSONText, nullable=False)
+    outputs: Mapped[str] = mapped_column(JSONText, nullable=False)
+    dependencies: Mapped[str] = mapped_column(JSONText, nullable=False)
+    dependents: Mapped[str] = mapped_column(JSONText, nullable=False)
+    remaining_deps: Mapped[int] = mapped_column(Integer, nullable=False)
+    retry_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    max_retries: Mapped[int] = mapped_column(Integer, nullable=False)
+    version: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    recoveries: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    error: Mapped[str | None] = mapped_column(Text)
+    lease_expires_at: Mapped[float | None] = mapped_column(Float)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+    __table_args__ = (Index("ix_steps_status_updated", "status", "updated_at"),)
+
+
+class QuarantineRow(Base):
+    """A stored document that could not be read, kept verbatim for an operator."""
+
+    __tablename__ = "quarantine"
+
+    id: Mapped[int] = mapped_column(AUTO_ID, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(32), nullable=False)
+    key: Mapped[str] = mapped_column(String(256), nullable=False)
+    payload: Mapped[str] = mapped_column(Text, nullable=False)
+    reason: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+user_state: Table = Base.metadata.tables["user_state"]
+sessions: Table = Base.metadata.tables["sessions"]
+messages: Table = Base.metadata.tables["messages"]
+inbox: Table = Base.metadata.tables["inbox"]
+workflows: Table = Base.metadata.tables["workflows"]
+steps: Table = Base.metadata.tables["workflow_steps"]
+quarantine: Table = Base.metadata.tables["quarantine"]

@@ -1,0 +1,113 @@
+"""SQL for layer 3 (``user_state``), usable inside a larger transaction."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Connection, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from state import codec
+from state.errors import CorruptStateError, FutureVersionError, MigrationError
+from state.migrate import StateMigrator, stamp
+from state.quarantine import quarantine
+from state.session import utcnow
+from state.tables import user_state
+
+logger = logging.getLogger(__name__)
+
+Document = dict[str, Any]
+_migrator = StateMigrator()
+
+
+def read_row(conn: Connection, user_id: str, *, for_update: bool = False) -> tuple[str, int] | None:
+    """The raw JSON text and version of a user's row, or None."""
+    query = select(user_state.c.state, user_state.c.version).where(user_state.c.user_id == user_id)
+    if for_update and conn.dialect.name == "postgresql":
+        query = query.with_for_update()
+    row = conn.execute(query).first()
+    return None if row is None else (row[0], int(row[1]))
+
+
+def decode(raw: str) -> Document:
+    """Parse a stored document; anything but a JSON object raises CorruptStateError."""
+    try:
+        doc = codec.loads(raw)
+    except ValueError as exc:
+        raise CorruptStateError(f"state is not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise CorruptStateError(f"state is a {type(doc).__name__}, not an object")
+    return doc
+
+
+def upgraded(doc: Document) -> Document:
+    """``doc`` at the current version; FutureVersionError passes, bad shapes are corrupt."""
+    try:
+        return _migrator.migrate(doc) if _migrator.needs_migration(doc) else doc
+    except FutureVersionError:
+        raise
+    except MigrationError as exc:
+        raise CorruptStateError(str(exc)) from exc
+
+
+def quarantine_row(conn: Connection, user_id: str, raw: str, reason: str) -> None:
+    """Move an unreadable row aside; the user then starts from an empty state."""
+    quarantine(conn, "user_state", user_id, raw, reason)
+    conn.execute(user_state.delete().where(user_state.c.user_id == user_id))
+    logger.error("user %s: stored state is corrupt, quarantined: %s", user_id, reason)
+
+
+def upsert(conn: Connection, user_id: str, doc: Document) -> int:
+    """Write ``doc`` as the user's state whatever was there; return the new version."""
+    now = utcnow()
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    stmt = dialect.insert(user_state).values(
+        user_id=user_id, state=codec.dumps(doc), updated_at=now, version=1
+    )
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[user_state.c.user_id],
+        set_={
+            "state": stmt.excluded.state,
+            "updated_at": now,
+            "version": user_state.c.version + 1,
+        },
+    ).returning(user_state.c.version)
+    return int(conn.execute(stmt).scalar_one())
+
+
+def guarded_write(conn: Connection, user_id: str, doc: Document, expected_version: int) -> bool:
+    """Replace the state only if it is still at ``expected_version``; True if it was."""
+    result = conn.execute(
+        update(user_state)
+        .where(user_state.c.user_id == user_id, user_state.c.version == expected_version)
+        .values(state=codec.dumps(doc), updated_at=utcnow(), version=expected_version + 1)
+    )
+    return result.rowcount == 1
+
+
+def mutate(
+    conn: Connection, user_id: str, change: Callable[[Document], Document]
+) -> tuple[Document, int]:
+    """Apply ``change`` to the user's state inside ``conn``'s transaction (row locked)."""
+    row = read_row(conn, user_id, for_update=True)
+    current: Document = {}
+    if row is not None:
+        try:
+            current = upgraded(decode(row[0]))
+        except CorruptStateError as exc:
+            quarantine_row(conn, user_id, row[0], str(exc))
+            row = None
+    new_doc = stamp(codec.require_object(change(dict(current)), "user state"))
+    if row is None:
+        return new_doc, upsert(conn, user_id, new_doc)
+    if not guarded_write(conn, user_id, new_doc, row[1]):
+        # Cannot happen under the row lock on Postgres; SQLite serializes writers.
+        return new_doc, upsert(conn, user_id, new_doc)
+    return new_doc, row[1] + 1
+
+
+def insert_raw(conn: Connection, user_id: str, raw_json: str) -> None:
+    """Insert a row as an old deployment would (tests and imports)."""
+    conn.execute(insert(user_state).values(user_id=user_id, state=raw_json, updated_at=utcnow()))

@@ -1,0 +1,302 @@
+"""Layer 2, workflow state: multi-step work as a DAG of steps.
+
+Readiness is kept as a count of unfinished dependencies per step, so finishing a step
+costs O(its dependents) instead of a scan over every step.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from state.errors import InvalidIdError, WorkflowSpecError
+from state.ids import new_id, validate_id
+
+MAX_STEPS = 10_000
+MAX_RETRIES_LIMIT = 100
+DEFAULT_MAX_RETRIES = 3
+
+
+class WorkflowStepStatus(Enum):
+    """Where one step is."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    RETRYING = "retrying"
+
+
+TERMINAL = frozenset(
+    {WorkflowStepStatus.SUCCESS, WorkflowStepStatus.FAILED, WorkflowStepStatus.SKIPPED}
+)
+
+
+@dataclass
+class WorkflowStep:
+    """One unit of work and what it needs first."""
+
+    step_id: str
+    step_name: str
+    status: WorkflowStepStatus
+    dependencies: list[str]
+    inputs: dict[str, Any]
+    outputs: dict[str, Any]
+    retry_count: int = 0
+    max_retries: int = DEFAULT_MAX_RETRIES
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    action: str = "echo"
+    dependents: list[str] = field(default_factory=list)
+    remaining_deps: int = 0
+
+    @property
+    def is_terminal(self) -> bool:
+        """Success, failed or skipped: nothing more will happen to it."""
+        return self.status in TERMINAL
+
+
+@dataclass
+class WorkflowState:
+    """The progress of one workflow; readiness is maintained incrementally."""
+
+    workflow_id: str
+    session_id: str | None
+    steps: dict[str, WorkflowStep]
+    current_step: str | None = None
+    context: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._link()
+
+    def _link(self) -> None:
+        """Derive dependents and unfinished-dependency counts from ``steps``."""
+        for step in self.steps.values():
+            step.dependents = []
+        for step in self.steps.values():
+            for dep in step.dependencies:
+                self.steps[dep].dependents.append(step.step_id)
+        for step in self.steps.values():
+            step.remaining_deps = sum(
+                1
+                for dep in step.dependencies
+                if self.steps[dep].status != WorkflowStepStatus.SUCCESS
+            )
+        self._ready = {
+            sid
+            for sid, step in self.steps.items()
+            if step.status == WorkflowStepStatus.PENDING and step.remaining_deps == 0
+        }
+
+    def get_ready_steps(self) -> list[WorkflowStep]:
+        """Pending steps whose dependencies all succeeded, in definition order."""
+        return [step for sid, step in self.steps.items() if sid in self._ready]
+
+    def start(self, step_id: str) -> WorkflowStep:
+        """Mark a ready step running."""
+        step = self.steps[step_id]
+        self._ready.discard(step_id)
+        step.status = WorkflowStepStatus.RUNNING
+        self.current_step = step_id
+        return step
+
+    def mark_success(
+        self, step_id: str, outputs: dict[str, Any] | None = None
+    ) -> list[WorkflowStep]:
+        """Record a success; return the dependents that just became ready."""
+        step = self.steps[step_id]
+        self._ready.discard(step_id)
+        step.status = WorkflowStepStatus.SUCCESS
+        step.outputs = dict(outputs or {})
+        newly_ready = []
+        for dep_id in step.dependents:
+            dependent = self.steps[dep_id]
+            dependent.remaining_deps -= 1
+            if dependent.remaining_deps == 0 and dependent.status == WorkflowStepStatus.PENDING:
+                self._ready.add(dep_id)
+                newly_ready.append(dependent)
+        return newly_ready
+
+    def mark_failed(self, step_id: str) -> list[WorkflowStep]:
+        """Record a final failure; skip and return every transitive dependent."""
+        self._ready.discard(step_id)
+        self.steps[step_id].status = WorkflowStepStatus.FAILED
+        skipped = []
+        for dep_id in transitive_dependents(self.steps, [step_id]):
+            dependent = self.steps[dep_id]
+            if not dependent.is_terminal:
+                dependent.status = WorkflowStepStatus.SKIPPED
+                self._ready.discard(dep_id)
+                skipped.append(dependent)
+        return skipped
+
+    def is_complete(self) -> bool:
+        """The seed's test: every step succeeded or was skipped."""
+        return all(
+            s.status in (WorkflowStepStatus.SUCCESS, WorkflowStepStatus.SKIPPED)
+            for s in self.steps.values()
+        )
+
+    def is_finished(self) -> bool:
+        """Every step is terminal (success, failed or skipped)."""
+        return all(s.is_terminal for s in self.steps.values())
+
+    @property
+    def status(self) -> str:
+        """``running`` until finished, then ``failed`` if any step failed, else ``success``."""
+        if not self.is_finished():
+            return "running"
+        failed = any(s.status == WorkflowStepStatus.FAILED for s in self.steps.values())
+        return "failed" if failed else "success"
+
+
+def transitive_dependents(steps: dict[str, WorkflowStep], roots: Iterable[str]) -> list[str]:
+    """Every step downstream of ``roots`` (breadth first, each once, roots excluded)."""
+    seen: set[str] = set(roots)
+    order: list[str] = []
+    queue = deque(seen)
+    while queue:
+        for dep_id in steps[queue.popleft()].dependents:
+            if dep_id not in seen:
+                seen.add(dep_id)
+                order.append(dep_id)
+                queue.append(dep_id)
+    return order
+
+
+def parse_spec(
+    spec: object, known_actions: Iterable[str] | None = None, max_steps: int = MAX_STEPS
+) -> WorkflowState:
+    """Validate a workflow spec completely and build its state; raise WorkflowSpecError."""
+    if not isinstance(spec, dict):
+        raise WorkflowSpecError("workflow spec must be a JSON object")
+    raw_steps = spec.get("steps")
+    if not isinstance(raw_steps, list) or not raw_steps:
+        raise WorkflowSpecError("workflow spec needs a non-empty 'steps' list")
+    if len(raw_steps) > max_steps:
+        raise WorkflowSpecError(f"workflow has {len(raw_steps)} steps; the limit is {max_steps}")
+    context = spec.get("context", {})
+    if not isinstance(context, dict):
+        raise WorkflowSpecError("'context' must be a JSON object")
+    actions = None if known_actions is None else set(known_actions)
+    steps: dict[str, WorkflowStep] = {}
+    for index, raw in enumerate(raw_steps):
+        step = _parse_step(raw, index, actions)
+        if step.step_id in steps:
+            raise WorkflowSpecError(f"duplicate step id {step.step_id!r}")
+        steps[step.step_id] = step
+    _check_dependencies(steps)
+    return WorkflowState(
+        workflow_id=_optional_id(spec, "workflow_id") or new_id("wf"),
+        session_id=_optional_id(spec, "session_id"),
+        steps=steps,
+        context=context,
+    )
+
+
+def _optional_id(spec: dict[str, Any], key: str) -> str | None:
+    value = spec.get(key)
+    if value is None:
+        return None
+    try:
+        return validate_id(value, key.removesuffix("_id"))
+    except InvalidIdError as exc:
+        raise WorkflowSpecError(str(exc)) from exc
+
+
+def _parse_step(raw: object, index: int, actions: set[str] | None) -> WorkflowStep:
+    where = f"step #{index + 1}"
+    if not isinstance(raw, dict):
+        raise WorkflowSpecError(f"{where} must be a JSON object")
+    try:
+        step_id = validate_id(raw.get("step_id"), "step")
+    except InvalidIdError as exc:
+        raise WorkflowSpecError(f"{where}: {exc}") from exc
+    where = f"step {step_id!r}"
+    action = raw.get("action")
+    if not isinstance(action, str) or not action:
+        raise WorkflowSpecError(f"{where} needs an 'action' name")
+    if actions is not None and action not in actions:
+        known = ", ".join(sorted(actions))
+        raise WorkflowSpecError(f"{where}: unknown action {action!r} (known: {known})")
+    inputs = raw.get("inputs", {})
+    if not isinstance(inputs, dict):
+        raise WorkflowSpecError(f"{where}: 'inputs' must be a JSON object")
+    return WorkflowStep(
+        step_id=step_id,
+        step_name=str(raw.get("step_name") or step_id),
+        status=WorkflowStepStatus.PENDING,
+        dependencies=_parse_dependencies(raw.get("dependencies", []), where),
+        inputs=inputs,
+        outputs={},
+        max_retries=_parse_max_retries(raw.get("max_retries", DEFAULT_MAX_RETRIES), where),
+        action=action,
+    )
+
+
+def _parse_dependencies(deps: object, where: str) -> list[str]:
+    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+        raise WorkflowSpecError(f"{where}: 'dependencies' must be a list of step ids")
+    if len(set(deps)) != len(deps):
+        raise WorkflowSpecError(f"{where}: a dependency is listed twice")
+    return list(deps)
+
+
+def _parse_max_retries(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WorkflowSpecError(f"{where}: 'max_retries' must be an integer")
+    if not 0 <= value <= MAX_RETRIES_LIMIT:
+        raise WorkflowSpecError(f"{where}: 'max_retries' must be 0-{MAX_RETRIES_LIMIT}")
+    return value
+
+
+def _check_dependencies(steps: dict[str, WorkflowStep]) -> None:
+    for step in steps.values():
+        for dep in step.dependencies:
+            if dep not in steps:
+                raise WorkflowSpecError(
+                    f"step {step.step_id!r} depends on {dep!r}, which is not a step"
+                )
+            if dep == step.step_id:
+                raise WorkflowSpecError(f"step {step.step_id!r} depends on itself")
+    cycle = find_cycle(steps)
+    if cycle:
+        raise WorkflowSpecError("dependency cycle: " + " -> ".join(cycle))
+
+
+def find_cycle(steps: dict[str, WorkflowStep]) -> list[str]:
+    """One dependency cycle as a path (first id repeated at the end), or [] if acyclic."""
+    remaining = {sid: len(step.dependencies) for sid, step in steps.items()}
+    dependents: dict[str, list[str]] = {sid: [] for sid in steps}
+    for step in steps.values():
+        for dep in step.dependencies:
+            dependents[dep].append(step.step_id)
+    queue = deque(sid for sid, n in remaining.items() if n == 0)
+    while queue:
+        for child in dependents[queue.popleft()]:
+            remaining[child] -= 1
+            if remaining[child] == 0:
+                queue.append(child)
+    stuck = {sid for sid, n in remaining.items() if n > 0}
+    if not stuck:
+        return []
+    return _walk_cycle(steps, stuck)
+
+
+def _walk_cycle(steps: dict[str, WorkflowStep], stuck: set[str]) -> list[str]:
+    # Every stuck step has a stuck dependency, so walking dependencies must revisit one.
+    node = min(stuck)
+    position: dict[str, int] = {}
+    path: list[str] = []
+    while node not in position:
+        position[node] = len(path)
+        path.append(node)
+        node = next(d for d in steps[node].dependencies if d in stuck)
+    cycle = [*path[position[node] :], node]
+    cycle.reverse()  # read in execution order: a -> b means b depends on a
+    return cycle

@@ -1,0 +1,474 @@
+"""Layer 2 storage: workflows and their steps, with guarded status changes.
+
+A step's ``version`` changes with every status change and every task carries the version
+it expects, so a duplicate delivery finds the version moved and does nothing. Finishing
+a step touches only the step, its direct dependents and the workflow's counters.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, insert, or_, select, update
+
+from state import codec
+from state.errors import StaleStateError
+from state.session import utcnow
+from state.tables import steps, workflows
+from state.workflow import WorkflowState, WorkflowStepStatus
+
+Document = dict[str, Any]
+Dispatch = tuple[str, int]  # (step_id, version) of a step to run
+
+PENDING = WorkflowStepStatus.PENDING.value
+RUNNING = WorkflowStepStatus.RUNNING.value
+SUCCESS = WorkflowStepStatus.SUCCESS.value
+FAILED = WorkflowStepStatus.FAILED.value
+SKIPPED = WorkflowStepStatus.SKIPPED.value
+RETRYING = WorkflowStepStatus.RETRYING.value
+_CLAIMABLE = (PENDING, RETRYING, RUNNING)
+_CONTEXT_CACHE_SIZE = 256
+_INSERT_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class ClaimedStep:
+    """A step this worker now runs, at ``version`` (its claim)."""
+
+    workflow_id: str
+    step_id: str
+    version: int
+    action: str
+    inputs: Document
+    dependencies: list[str]
+    retry_count: int
+    max_retries: int
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A workflow that just became finished, and the session waiting for it."""
+
+    workflow_id: str
+    status: str
+    session_id: str | None
+    resume_version: int | None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What a step's final status change set in motion."""
+
+    workflow_id: str
+    ready: list[Dispatch]
+    finished: Finished | None
+
+
+class WorkflowStore:
+    """SQL for workflows; every status change is guarded by the step's version."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._contexts: OrderedDict[str, Document] = OrderedDict()
+
+    # -- creating --------------------------------------------------------------
+
+    def create(self, wf: WorkflowState, resume_version: int | None = None) -> list[Dispatch]:
+        """Store a validated workflow; return its root steps to dispatch."""
+        with self.engine.begin() as conn:
+            return self.create_in(conn, wf, resume_version)
+
+    def create_in(
+        self, conn: Connection, wf: WorkflowState, resume_version: int | None = None
+    ) -> list[Dispatch]:
+        """Store ``wf`` inside an open transaction (a phase commit starts its workflow)."""
+        now = utcnow()
+        conn.execute(
+            insert(workflows).values(
+                workflow_id=wf.workflow_id,
+                session_id=wf.session_id,
+                status="running",
+                context=wf.context,
+                total_steps=len(wf.steps),
+                remaining_steps=len(wf.steps),
+                failed_steps=0,
+                resume_version=resume_version,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        rows = [_step_row(wf.workflow_id, step, now) for step in wf.steps.values()]
+        for start in range(0, len(rows), _INSERT_BATCH):
+            conn.execute(insert(steps), rows[start : start + _INSERT_BATCH])
+        return [(step.step_id, 0) for step in wf.get_ready_steps()]
+
+    # -- running a step --------------------------------------------------------
+
+    def claim(
+        self, workflow_id: str, step_id: str, version: int, lease_s: float
+    ) -> ClaimedStep | None:
+        """Mark the step running if it is still at ``version``; None if not (duplicate)."""
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                update(steps)
+                .where(
+                    steps.c.workflow_id == workflow_id,
+                    steps.c.step_id == step_id,
+                    steps.c.version == version,
+                    steps.c.status.in_(_CLAIMABLE),
+                    steps.c.remaining_deps == 0,
+                )
+                .values(
+                    status=RUNNING,
+                    version=version + 1,
+                    started_at=utcnow(),
+                    updated_at=utcnow(),
+                    lease_expires_at=time.time() + lease_s,
+                )
+                .returning(
+                    steps.c.action,
+                    steps.c.inputs,
+                    steps.c.dependencies,
+                    steps.c.retry_count,
+                    steps.c.max_retries,
+                )
+            ).first()
+        if row is None:
+            return None
+        return ClaimedStep(
+            workflow_id=workflow_id,
+            step_id=step_id,
+            version=version + 1,
+            action=row.action,
+            inputs=codec.loads(row.inputs),
+            dependencies=codec.loads(row.dependencies),
+            retry_count=int(row.retry_count),
+            max_retries=int(row.max_retries),
+        )
+
+    def dependency_outputs(self, workflow_id: str, dependencies: list[str]) -> Document:
+        """Outputs of the given steps, by step id."""
+        if not dependencies:
+            return {}
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(steps.c.step_id, steps.c.outputs).where(
+                    steps.c.workflow_id == workflow_id, steps.c.step_id.in_(dependencies)
+                )
+            )
+            return {r[0]: codec.loads(r[1]) for r in rows}
+
+    def context(self, workflow_id: str) -> Document:
+        """The workflow's shared context (immutable, so cached per process)."""
+        cached = self._contexts.get(workflow_id)
+        if cached is None:
+            with self.engine.connect() as conn:
+                raw = conn.execute(
+                    select(workflows.c.context).where(workflows.c.workflow_id == workflow_id)
+                ).scalar_one()
+            cached = codec.loads(raw)
+            self._contexts[workflow_id] = cached
+            if len(self._contexts) > _CONTEXT_CACHE_SIZE:
+                self._contexts.popitem(last=False)
+        return dict(cached)
+
+    def heartbeat(self, claimed: ClaimedStep, lease_s: float) -> bool:
+        """Extend the claim's lease; False if the step was taken over meanwhile."""
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                update(steps)
+                .where(*_claim_guard(claimed))
+                .values(lease_expires_at=time.time() + lease_s, updated_at=utcnow())
+            )
+        return result.rowcount == 1
+
+    def succeed(self, claimed: ClaimedStep, outputs: Document) -> Completion:
+        """running -> success; dependents whose last dependency this was become ready."""
+        with self.engine.begin() as conn:
+            dependents = self._finish_step(conn, claimed, SUCCESS, outputs=outputs)
+            ready = self._release_dependents(conn, claimed.workflow_id, dependents)
+            finished = self._count_down(conn, claimed.workflow_id, done=1, failed=0)
+        return Completion(claimed.workflow_id, ready, finished)
+
+    def retry(self, claimed: ClaimedStep, error: str) -> int:
+        """running -> retrying (retry_count + 1); return the version to dispatch at."""
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                update(steps)
+                .where(*_claim_guard(claimed))
+                .values(
+                    status=RETRYING,
+                    retry_count=claimed.retry_count + 1,
+                    error=error,
+                    version=claimed.version + 1,
+                    lease_expires_at=None,
+                    updated_at=utcnow(),
+                )
+            )
+            _require_one(result.rowcount, claimed)
+        return claimed.version + 1
+
+    def fail(self, claimed: ClaimedStep, error: str) -> Completion:
+        """running -> failed, and every transitive dependent -> skipped."""
+        with self.engine.begin() as conn:
+            self._finish_step(conn, claimed, FAILED, error=error)
+            skipped = self._skip_downstream(conn, claimed.workflow_id, [claimed.step_id])
+            finished = self._count_down(conn, claimed.workflow_id, done=1 + skipped, failed=1)
+        return Completion(claimed.workflow_id, [], finished)
+
+    def _finish_step(
+        self,
+        conn: Connection,
+        claimed: ClaimedStep,
+        status: str,
+        *,
+        outputs: Document | None = None,
+        error: str | None = None,
+    ) -> list[str]:
+        """Apply a final status under the claim; return the step's dependents."""
+        values: Document = {
+            "status": status,
+            "version": claimed.version + 1,
+            "completed_at": utcnow(),
+            "updated_at": utcnow(),
+            "lease_expires_at": None,
+            "error": error,
+        }
+        if outputs is not None:
+            values["outputs"] = outputs
+        row = conn.execute(
+            update(steps)
+            .where(*_claim_guard(claimed))
+            .values(**values)
+            .returning(steps.c.dependents)
+        ).first()
+        _require_one(0 if row is None else 1, claimed)
+        assert row is not None
+        dependents: list[str] = codec.loads(row[0])
+        return dependents
+
+    def _release_dependents(
+        self, conn: Connection, workflow_id: str, dependents: list[str]
+    ) -> list[Dispatch]:
+        if not dependents:
+            return []
+        rows = conn.execute(
+            update(steps)
+            .where(steps.c.workflow_id == workflow_id, steps.c.step_id.in_(dependents))
+            .values(remaining_deps=steps.c.remaining_deps - 1, updated_at=utcnow())
+            .returning(steps.c.step_id, steps.c.remaining_deps, steps.c.status, steps.c.version)
+        )
+        return [(r[0], int(r[3])) for r in rows if r[1] == 0 and r[2] == PENDING]
+
+    def _skip_downstream(self, conn: Connection, workflow_id: str, roots: list[str]) -> int:
+        downstream = self._downstream(conn, workflow_id, roots)
+        if not downstream:
+            return 0
+        result = conn.execute(
+            update(steps)
+            .where(
+                steps.c.workflow_id == workflow_id,
+                steps.c.step_id.in_(downstream),
+                steps.c.status.in_((PENDING, RETRYING)),
+            )
+            .values(
+                status=SKIPPED,
+                version=steps.c.version + 1,
+                completed_at=utcnow(),
+                updated_at=utcnow(),
+                error="a dependency failed",
+            )
+        )
+        return int(result.rowcount)
+
+    def _downstream(self, conn: Connection, workflow_id: str, roots: list[str]) -> list[str]:
+        # Level by level: one query per level, each row read once.
+        seen = set(roots)
+        found: list[str] = []
+        frontier = list(roots)
+        while frontier:
+            rows = conn.execute(
+                select(steps.c.dependents).where(
+                    steps.c.workflow_id == workflow_id, steps.c.step_id.in_(frontier)
+                )
+            )
+            frontier = []
+            for (raw,) in rows:
+                for child in codec.loads(raw):
+                    if child not in seen:
+                        seen.add(child)
+                        found.append(child)
+                        frontier.append(child)
+        return found
+
+    def _count_down(
+        self, conn: Connection, workflow_id: str, *, done: int, failed: int
+    ) -> Finished | None:
+        row = conn.execute(
+            update(workflows)
+            .where(workflows.c.workflow_id == workflow_id)
+            .values(
+                remaining_steps=workflows.c.remaining_steps - done,
+                failed_steps=workflows.c.failed_steps + failed,
+                updated_at=utcnow(),
+            )
+            .returning(
+                workflows.c.remaining_steps,
+                workflows.c.failed_steps,
+                workflows.c.session_id,
+                workflows.c.resume_version,
+            )
+        ).one()
+        if row.remaining_steps > 0:
+            return None
+        status = FAILED if row.failed_steps else SUCCESS
+        conn.execute(
+            update(workflows)
+            .where(workflows.c.workflow_id == workflow_id)
+            .values(status=status, finished_at=utcnow())
+        )
+        return Finished(workflow_id, status, row.session_id, row.resume_version)
+
+    # -- recovery --------------------------------------------------------------
+
+    def stuck(self, cutoff: datetime, limit: int) -> list[tuple[str, str, int, str]]:
+        """Steps with no live task: expired leases, and ready or retrying steps left
+        untouched since ``cutoff``. Rows are (workflow_id, step_id, version, status)."""
+        expired_lease = and_(steps.c.status == RUNNING, steps.c.lease_expires_at < time.time())
+        forgotten = and_(
+            steps.c.updated_at < cutoff,
+            or_(
+                and_(steps.c.status == PENDING, steps.c.remaining_deps == 0),
+                steps.c.status == RETRYING,
+            ),
+        )
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(steps.c.workflow_id, steps.c.step_id, steps.c.version, steps.c.status)
+                .where(or_(expired_lease, forgotten))
+                .limit(limit)
+            )
+            return [(r[0], r[1], int(r[2]), r[3]) for r in rows]
+
+    def note_recovery(
+        self, workflow_id: str, step_id: str, version: int, *, count: bool = True
+    ) -> int | None:
+        """Count (if ``count``) one recovery of a step at its version; None if it moved on."""
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                update(steps)
+                .where(
+                    steps.c.workflow_id == workflow_id,
+                    steps.c.step_id == step_id,
+                    steps.c.version == version,
+                )
+                .values(recoveries=steps.c.recoveries + int(count), updated_at=utcnow())
+                .returning(steps.c.recoveries)
+            ).first()
+        return None if row is None else int(row[0])
+
+    def abandon(self, workflow_id: str, step_id: str, version: int, reason: str) -> Completion:
+        """Fail a step that keeps losing its worker (a poison step)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(steps.c.action, steps.c.retry_count, steps.c.max_retries).where(
+                    steps.c.workflow_id == workflow_id, steps.c.step_id == step_id
+                )
+            ).one()
+        claimed = ClaimedStep(
+            workflow_id, step_id, version, row.action, {}, [], row.retry_count, row.max_retries
+        )
+        return self.fail(claimed, reason)
+
+    # -- reading ---------------------------------------------------------------
+
+    def exists(self, workflow_id: str) -> bool:
+        """Whether a workflow with this id was stored."""
+        with self.engine.connect() as conn:
+            return (
+                conn.execute(
+                    select(workflows.c.workflow_id).where(workflows.c.workflow_id == workflow_id)
+                ).first()
+                is not None
+            )
+
+    def document(self, workflow_id: str) -> Document | None:
+        """The workflow as a JSON-ready dict (status, counts, steps by id)."""
+        with self.engine.connect() as conn:
+            wf = conn.execute(
+                select(workflows).where(workflows.c.workflow_id == workflow_id)
+            ).first()
+            if wf is None:
+                return None
+            rows = conn.execute(select(steps).where(steps.c.workflow_id == workflow_id)).all()
+        return {
+            "workflow_id": wf.workflow_id,
+            "session_id": wf.session_id,
+            "status": wf.status,
+            "context": codec.loads(wf.context),
+            "total_steps": wf.total_steps,
+            "remaining_steps": wf.remaining_steps,
+            "failed_steps": wf.failed_steps,
+            "created_at": wf.created_at.isoformat(),
+            "finished_at": wf.finished_at.isoformat() if wf.finished_at else None,
+            "steps": {row.step_id: _step_document(row) for row in rows},
+        }
+
+
+def _claim_guard(claimed: ClaimedStep) -> Iterable[Any]:
+    return (
+        steps.c.workflow_id == claimed.workflow_id,
+        steps.c.step_id == claimed.step_id,
+        steps.c.version == claimed.version,
+        steps.c.status == RUNNING,
+    )
+
+
+def _require_one(rowcount: int, claimed: ClaimedStep) -> None:
+    if rowcount != 1:
+        raise StaleStateError(
+            f"step {claimed.workflow_id}/{claimed.step_id} was taken over "
+            f"(no longer at version {claimed.version})"
+        )
+
+
+def _step_row(workflow_id: str, step: Any, now: Any) -> Document:
+    return {
+        "workflow_id": workflow_id,
+        "step_id": step.step_id,
+        "step_name": step.step_name,
+        "action": step.action,
+        "status": PENDING,
+        "inputs": codec.dumps(step.inputs),
+        "outputs": "{}",
+        "dependencies": codec.dumps(step.dependencies),
+        "dependents": codec.dumps(step.dependents),
+        "remaining_deps": step.remaining_deps,
+        "retry_count": 0,
+        "max_retries": step.max_retries,
+        "version": 0,
+        "recoveries": 0,
+        "updated_at": now,
+    }
+
+
+def _step_document(row: Any) -> Document:
+    return {
+        "step_id": row.step_id,
+        "step_name": row.step_name,
+        "action": row.action,
+        "status": row.status,
+        "inputs": codec.loads(row.inputs),
+        "outputs": codec.loads(row.outputs),
+        "dependencies": codec.loads(row.dependencies),
+        "retry_count": row.retry_count,
+        "max_retries": row.max_retries,
+        "error": row.error,
+        "started_at": row.started_at.isoformat() if row.started_at else None,
+        "completed_at": row.completed_at.isoformat() if row.completed_at else None,
+    }

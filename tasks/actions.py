@@ -1,0 +1,98 @@
+"""Workflow actions: ``@action("name")`` registers ``fn(inputs, deps, context) -> dict``.
+
+Workers import the modules named in ``AGENTSTATE_ACTION_MODULES`` at start, so an app's
+actions register themselves by being imported. Built-ins: echo, sleep, calculate, fail.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from config import get_settings
+from state.calculator import evaluate
+from state.errors import AgentStateError
+
+logger = logging.getLogger(__name__)
+
+Document = dict[str, Any]
+ActionFn = Callable[[Document, Document, Document], Document]
+MAX_SLEEP_S = 3600.0
+
+_registry: dict[str, ActionFn] = {}
+_imported_modules: set[str] = set()
+
+
+class ActionFailed(AgentStateError):
+    """Raised by the ``fail`` action (and fit for any action that gives up)."""
+
+
+def action(name: str) -> Callable[[ActionFn], ActionFn]:
+    """Register the decorated function as the workflow action ``name``."""
+    if not isinstance(name, str) or not name:
+        raise ValueError("an action needs a non-empty name")
+
+    def register(fn: ActionFn) -> ActionFn:
+        existing = _registry.get(name)
+        if existing is not None and existing.__qualname__ != fn.__qualname__:
+            raise ValueError(f"action {name!r} is already registered by {existing.__module__}")
+        _registry[name] = fn
+        return fn
+
+    return register
+
+
+def import_action_modules(modules: list[str] | None = None) -> None:
+    """Import the app's action modules (AGENTSTATE_ACTION_MODULES), each once."""
+    for module in modules if modules is not None else get_settings().action_module_list:
+        if module not in _imported_modules:
+            importlib.import_module(module)
+            _imported_modules.add(module)
+
+
+def get_action(name: str) -> ActionFn | None:
+    """The action registered as ``name``, or None."""
+    import_action_modules()
+    return _registry.get(name)
+
+
+def known_actions() -> list[str]:
+    """Every registered action name."""
+    import_action_modules()
+    return sorted(_registry)
+
+
+@action("echo")
+def echo(inputs: Document, deps: Document, context: Document) -> Document:
+    """Return the step's inputs."""
+    return dict(inputs)
+
+
+@action("sleep")
+def sleep(inputs: Document, deps: Document, context: Document) -> Document:
+    """Sleep ``seconds`` (at most an hour)."""
+    seconds = float(inputs.get("seconds", 0))
+    if not 0 <= seconds <= MAX_SLEEP_S:
+        raise ValueError(f"seconds must be between 0 and {MAX_SLEEP_S:g}")
+    time.sleep(seconds)
+    return {"slept": seconds}
+
+
+@action("calculate")
+def calculate(inputs: Document, deps: Document, context: Document) -> Document:
+    """Evaluate ``expression``; a dependency's step id stands for its output ``value``."""
+    names = {
+        step_id: output["value"]
+        for step_id, output in deps.items()
+        if isinstance(output, dict) and isinstance(output.get("value"), int | float)
+    }
+    return {"value": evaluate(str(inputs.get("expression", "")), names)}
+
+
+@action("fail")
+def fail(inputs: Document, deps: Document, context: Document) -> Document:
+    """Raise ActionFailed with ``message``."""
+    raise ActionFailed(str(inputs.get("message", "failed on purpose")))

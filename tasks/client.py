@@ -1,0 +1,147 @@
+"""The client API for apps: send messages, read sessions, run workflows, user state.
+
+``AgentClient()`` reads Settings. Nothing here runs an agent: messages are stored
+durably, then enqueued for the workers; the recovery sweep re-enqueues anything the
+broker lost, so a message accepted here is never lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from celery import Celery
+from kombu.exceptions import OperationalError as BrokerError
+
+from config import Settings, get_settings, redact_url
+from state.backend import Backend
+from state.codec import require_object
+from state.errors import InvalidPayloadError, MessageTooLargeError, NotFoundError
+from state.ids import validate_id
+from state.machine import RESTING_STATES
+from state.session_store import SessionStore
+from state.store import PersistentStateManager
+from state.workflow_engine import WorkflowEngine
+from state.workflow_store import WorkflowStore
+from tasks.actions import get_action, known_actions
+from tasks.app import app as default_app
+from tasks.app import make_app
+from tasks.dispatch import CeleryDispatcher
+
+logger = logging.getLogger(__name__)
+
+Document = dict[str, Any]
+_FIRST_POLL_S = 0.01
+_MAX_POLL_S = 0.1
+_FINISHED = ("success", "failed")
+
+
+class AgentClient:
+    """What an app (web handler, script, notebook) uses to talk to agentstate."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or get_settings()
+        self.backend = Backend.build(self.settings)
+        self.sessions = SessionStore(self.backend.engine, self.backend.cache)
+        self.users = PersistentStateManager(
+            self.backend.redis, self.backend.engine, settings=self.settings
+        )
+        same_broker = default_app.conf.broker_url == self.settings.broker_url
+        celery: Celery = default_app if same_broker else make_app(self.settings)
+        self.dispatcher = CeleryDispatcher(celery)
+        self.workflows = WorkflowEngine(
+            WorkflowStore(self.backend.engine), self.dispatcher, get_action, self.settings
+        )
+
+    # -- conversations ---------------------------------------------------------
+
+    def send_message(self, session_id: str, text: str, user_id: str) -> str:
+        """Store the message durably, enqueue its turn, return its message id."""
+        validate_id(session_id, "session")
+        validate_id(user_id, "user")
+        if not isinstance(text, str):
+            raise InvalidPayloadError(f"message text must be a string, got {type(text).__name__}")
+        size = len(text.encode("utf-8"))
+        if size > self.settings.max_message_bytes:
+            raise MessageTooLargeError(
+                f"message is {size} bytes; the limit is {self.settings.max_message_bytes} "
+                "(AGENTSTATE_MAX_MESSAGE_BYTES)"
+            )
+        item = self.sessions.accept_message(session_id, user_id, text)
+        try:
+            self.dispatcher.phase("understanding", session_id, None)
+        except BrokerError as exc:
+            # The message is durable; the recovery sweep will start its turn.
+            logger.warning("enqueue failed, the sweep will retry: %s", redact_url(str(exc)))
+        return item.message_id
+
+    def get_session(self, session_id: str) -> Document | None:
+        """The session (seed fields, ``phase``, ``_version``, full history) or None."""
+        validate_id(session_id, "session")
+        doc = self.sessions.document(session_id)
+        if doc is not None:
+            doc["queued"] = self.sessions.queued_count(session_id)
+        return doc
+
+    def wait_for_idle(self, session_id: str, timeout: float = 30.0) -> Document:
+        """Wait until the session rests (idle or clarifying) with nothing queued."""
+        validate_id(session_id, "session")
+        deadline = time.monotonic() + timeout
+        delay = _FIRST_POLL_S
+        while True:
+            snapshot = self.sessions.load_from_database(session_id)
+            if snapshot is None:
+                raise NotFoundError(f"unknown session {session_id!r}")
+            if snapshot.phase in RESTING_STATES and not self.sessions.queued_count(session_id):
+                doc = self.get_session(session_id)
+                assert doc is not None
+                return doc
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"session {session_id} still in {snapshot.phase!r} after {timeout:g}s"
+                )
+            time.sleep(delay)
+            delay = min(_MAX_POLL_S, delay * 2)
+
+    # -- workflows -------------------------------------------------------------
+
+    def start_workflow(self, spec: Document) -> str:
+        """Validate the whole spec (nothing is stored if it is bad), store it, start it."""
+        wf = self.workflows.validate(spec, known_actions())
+        return self.workflows.start(wf)
+
+    def get_workflow(self, workflow_id: str) -> Document | None:
+        """The workflow with every step's status, outputs and retry count, or None."""
+        validate_id(workflow_id, "workflow")
+        return self.workflows.store.document(workflow_id)
+
+    def wait_for_workflow(self, workflow_id: str, timeout: float = 60.0) -> Document:
+        """Wait until every step is terminal; return the workflow."""
+        validate_id(workflow_id, "workflow")
+        deadline = time.monotonic() + timeout
+        delay = _FIRST_POLL_S
+        while True:
+            doc = self.get_workflow(workflow_id)
+            if doc is None:
+                raise NotFoundError(f"unknown workflow {workflow_id!r}")
+            if doc["status"] in _FINISHED:
+                return doc
+            if time.monotonic() >= deadline:
+                done = doc["total_steps"] - doc["remaining_steps"]
+                raise TimeoutError(
+                    f"workflow {workflow_id} unfinished after {timeout:g}s "
+                    f"({done}/{doc['total_steps']} steps done)"
+                )
+            time.sleep(delay)
+            delay = min(_MAX_POLL_S, delay * 2)
+
+    # -- persistent user state -------------------------------------------------
+
+    def save_user_state(self, user_id: str, state: Document) -> None:
+        """Replace the user's persistent state."""
+        self.users.save_user_state(user_id, require_object(state, "user state"))
+
+    def load_user_state(self, user_id: str) -> Document:
+        """The user's persistent state ({} for an unknown user)."""
+        return self.users.load_user_state(user_id)

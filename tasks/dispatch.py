@@ -1,0 +1,29 @@
+"""The engines' Dispatcher, implemented with Celery messages."""
+
+from __future__ import annotations
+
+from celery import Celery
+
+PHASE_TASK = "agentstate.phase.{}"
+TIMEOUT_TASK = "agentstate.session.timeout"
+STEP_TASK = "agentstate.workflow.step"
+
+
+class CeleryDispatcher:
+    """Sends agentstate tasks by name (the sender need not import the task modules)."""
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+
+    def phase(self, phase: str, session_id: str, version: int | None) -> None:
+        """Enqueue ``agentstate.phase.<phase>``."""
+        self.app.send_task(PHASE_TASK.format(phase), args=[session_id, version])
+
+    def timeout(self, session_id: str, deadline: float, delay_s: float) -> None:
+        """Enqueue the deadline check to run after ``delay_s`` seconds."""
+        self.app.send_task(TIMEOUT_TASK, args=[session_id, deadline], countdown=delay_s)
+
+    def step(self, workflow_id: str, step_id: str, version: int, delay_s: float = 0.0) -> None:
+        """Enqueue one workflow step delivery."""
+        countdown = delay_s if delay_s > 0 else None
+        self.app.send_task(STEP_TASK, args=[workflow_id, step_id, version], countdown=countdown)

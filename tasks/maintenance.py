@@ -1,0 +1,25 @@
+"""Periodic tasks run by ``celery -A tasks beat``: the recovery sweep and session expiry."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from state.session import utcnow
+from tasks.app import app
+from tasks.options import TASK_OPTIONS
+from tasks.runtime import runtime
+
+
+@app.task(name="agentstate.recovery.sweep", **TASK_OPTIONS)
+def sweep(self: Any) -> dict[str, int]:
+    """Re-enqueue lost work (sessions, inbox messages, workflow steps)."""
+    return runtime().recovery.run().as_dict()
+
+
+@app.task(name="agentstate.session.expire_idle", **TASK_OPTIONS)
+def expire_idle(self: Any) -> dict[str, int]:
+    """Mark sessions idle past AGENTSTATE_SESSION_TTL as timed out."""
+    rt = runtime()
+    cutoff = utcnow() - timedelta(seconds=rt.backend.settings.session_ttl)
+    return {"expired": rt.turns.sessions.expire_idle(cutoff)}

@@ -1,0 +1,56 @@
+"""The engines of one process, built on first use from Settings."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from config import get_settings
+from state.agent import load_agent
+from state.backend import Backend, default_backend, reset_backends
+from state.recovery import RecoverySweep
+from state.turns import TurnEngine
+from state.workflow_engine import WorkflowEngine
+from state.workflow_store import WorkflowStore
+from tasks.actions import get_action, known_actions
+from tasks.app import app
+from tasks.dispatch import CeleryDispatcher
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Everything a worker process uses to run agentstate tasks."""
+
+    backend: Backend
+    turns: TurnEngine
+    workflows: WorkflowEngine
+    recovery: RecoverySweep
+
+
+_runtimes: dict[int, Runtime] = {}
+
+
+def runtime() -> Runtime:
+    """This process's runtime (built once per process, never shared across a fork)."""
+    built = _runtimes.get(os.getpid())
+    if built is None:
+        _runtimes.clear()
+        built = _runtimes[os.getpid()] = build_runtime(default_backend(get_settings()))
+    return built
+
+
+def build_runtime(backend: Backend) -> Runtime:
+    """Wire the engines together for ``backend``."""
+    dispatcher = CeleryDispatcher(app)
+    agent = load_agent(backend.settings.agent)
+    turns = TurnEngine(backend, agent, dispatcher, known_actions)
+    workflows = WorkflowEngine(
+        WorkflowStore(backend.engine), dispatcher, get_action, backend.settings
+    )
+    return Runtime(backend, turns, workflows, RecoverySweep(turns, workflows))
+
+
+def reset_runtime() -> None:
+    """Forget the runtime (after a fork, or when tests change settings)."""
+    _runtimes.clear()
+    reset_backends()

@@ -1,0 +1,24 @@
+"""The workflow step task: claim, run the action, complete, dispatch what became ready."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from state.errors import StaleStateError
+from tasks.app import app
+from tasks.options import TASK_OPTIONS
+from tasks.runtime import runtime
+
+logger = logging.getLogger(__name__)
+
+
+@app.task(name="agentstate.workflow.step", **TASK_OPTIONS)
+def step(self: Any, workflow_id: str, step_id: str, version: int) -> dict[str, Any]:
+    """Run one step of a workflow at ``version`` (duplicates are dropped)."""
+    try:
+        status = runtime().workflows.run_step(workflow_id, step_id, version)
+    except StaleStateError as exc:
+        logger.info("step %s/%s lost its claim: %s", workflow_id, step_id, exc)
+        status = "stale"
+    return {"workflow_id": workflow_id, "step_id": step_id, "status": status}
