@@ -62,6 +62,11 @@ class PersistentStateManager:
             return cached[1]
         return self._load_from_database(user_id)
 
+    def reload_user_state(self, user_id: str) -> Document:
+        """Load from the database (migrating and writing back), bypassing the cache."""
+        validate_id(user_id, "user")
+        return self._load_from_database(user_id)
+
     def update_user_state(self, user_id: str, change: Callable[[Document], Document]) -> Document:
         """Read-modify-write the user's state in one transaction (no lost updates)."""
         validate_id(user_id, "user")

@@ -1,0 +1,185 @@
+"""What the CLI shows while it waits, and how it prints sessions and workflows."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+Document = dict[str, Any]
+_POLL_S = 0.03
+_BAR_WIDTH = 30
+
+
+class TurnWatcher:
+    """Follows one message's turn through the FSM, printing each phase as it happens."""
+
+    def __init__(
+        self,
+        client: Any,
+        session_id: str,
+        message_id: str,
+        *,
+        quiet: bool = False,
+        out: TextIO | None = None,
+    ) -> None:
+        self.client = client
+        self.session_id = session_id
+        self.message_id = message_id
+        self.out = None if quiet else (out or sys.stderr)
+        self.shown = 0
+
+    def wait(self, timeout: float) -> tuple[str, list[str]]:
+        """Block until the message is answered; return (reply, phases of its turn)."""
+        deadline = time.monotonic() + timeout
+        path: list[str] = []
+        while time.monotonic() < deadline:
+            snapshot = self.client.sessions.load_from_database(self.session_id)
+            turn = (snapshot.doc.get("metadata") or {}).get("turn") or {} if snapshot else {}
+            if turn.get("message_id") == self.message_id:
+                path = list(turn.get("path", []))
+                self._show(path)
+            reply = self._reply()
+            if reply is not None:
+                self._finish()
+                return reply, path
+            time.sleep(_POLL_S)
+        self._finish()
+        raise TimeoutError(
+            f"no reply to {self.message_id} within {timeout:g}s "
+            "(are workers running? `celery -A tasks worker`)"
+        )
+
+    def _reply(self) -> str | None:
+        for item in reversed(self.client.sessions.history(self.session_id, last=50)):
+            if item["metadata"].get("reply_to") == self.message_id:
+                return str(item["content"])
+        return None
+
+    def _show(self, path: list[str]) -> None:
+        if self.out is None or len(path) <= self.shown:
+            return
+        new = path[self.shown :]
+        prefix = "  " if self.shown == 0 else " \u2192 "
+        self.out.write(prefix + " \u2192 ".join(new))
+        self.out.flush()
+        self.shown = len(path)
+
+    def _finish(self) -> None:
+        if self.out is not None and self.shown:
+            self.out.write("\n")
+            self.out.flush()
+
+
+class WorkflowWatcher:
+    """Polls a workflow and draws a progress bar (done/total, failures)."""
+
+    def __init__(
+        self, client: Any, workflow_id: str, *, quiet: bool = False, out: TextIO | None = None
+    ) -> None:
+        self.client = client
+        self.workflow_id = workflow_id
+        self.out = None if quiet else (out or sys.stderr)
+        self.last_line = ""
+
+    def wait(self, timeout: float) -> Document:
+        """Block until the workflow finishes; return it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            doc = self.client.get_workflow(self.workflow_id)
+            self._draw(doc)
+            if doc["status"] in ("success", "failed"):
+                self._newline()
+                return dict(doc)
+            if time.monotonic() >= deadline:
+                self._newline()
+                raise TimeoutError(f"workflow {self.workflow_id} unfinished after {timeout:g}s")
+            time.sleep(0.1)
+
+    def _draw(self, doc: Document) -> None:
+        if self.out is None:
+            return
+        line = progress_line(doc)
+        if line == self.last_line:
+            return
+        tty = self.out.isatty()
+        self.out.write(("\r" + line) if tty else line + "\n")
+        self.out.flush()
+        self.last_line = line
+
+    def _newline(self) -> None:
+        if self.out is not None and self.out.isatty():
+            self.out.write("\n")
+
+
+def progress_line(doc: Document) -> str:
+    """``[#####-----] 12/40 done, 1 failed, 3 running``."""
+    counts: dict[str, int] = {}
+    for step in doc["steps"].values():
+        counts[step["status"]] = counts.get(step["status"], 0) + 1
+    total = doc["total_steps"]
+    done = total - doc["remaining_steps"]
+    filled = int(_BAR_WIDTH * done / total) if total else _BAR_WIDTH
+    bar = "#" * filled + "-" * (_BAR_WIDTH - filled)
+    extras = [
+        f"{counts[s]} {s}" for s in ("failed", "skipped", "running", "retrying") if counts.get(s)
+    ]
+    return f"[{bar}] {done}/{total} done" + (", " + ", ".join(extras) if extras else "")
+
+
+def print_session(doc: Document) -> None:
+    """A session as text: a header, then its history."""
+    print(
+        f"session {doc['session_id']}  user {doc['user_id']}  phase {doc['phase']}  "
+        f"status {doc['status']}  revision {doc['revision']}  v{doc['_version']}  "
+        f"queued {doc.get('queued', 0)}"
+    )
+    path = (doc.get("metadata") or {}).get("turn", {}).get("path")
+    if path:
+        print("last turn: " + " \u2192 ".join(path))
+    error = (doc.get("metadata") or {}).get("last_error")
+    if error:
+        print(f"last error: {error['cause']} in {error['phase']}: {error['detail']}")
+    for item in doc["message_history"]:
+        print(f"  [{item['role']}] {item['content']}")
+
+
+def print_workflow(doc: Document) -> None:
+    """A workflow as a table of steps."""
+    print(
+        f"workflow {doc['workflow_id']}  status {doc['status']}  "
+        f"{doc['total_steps'] - doc['remaining_steps']}/{doc['total_steps']} done"
+    )
+    print(f"  {'STEP':<20} {'ACTION':<12} {'STATUS':<9} {'RETRIES':>7}  OUTPUT / ERROR")
+    for step in doc["steps"].values():
+        detail = step["error"] if step["status"] in ("failed", "skipped") else step["outputs"]
+        text = str(detail)
+        text = text if len(text) <= 60 else text[:57] + "..."
+        print(
+            f"  {step['step_id']:<20} {step['action']:<12} {step['status']:<9} "
+            f"{step['retry_count']:>7}  {text}"
+        )
+
+
+def print_migration(data: Document) -> None:
+    """The migrate command's report."""
+    verb = "would migrate" if data["dry_run"] else "migrated"
+    for kind in ("sessions", "users"):
+        r = data[kind]
+        print(
+            f"{kind}: {r['scanned']} scanned, {r['current']} current, {verb} {r['migrated']}, "
+            f"{r['refused_newer']} newer than this code (left alone), "
+            f"{r['quarantined']} unreadable" + ("" if data["dry_run"] else " (quarantined)")
+        )
+
+
+def count_printer(out: TextIO | None = None) -> Callable[[str, int], None]:
+    """A progress callback printing ``sessions: 400 scanned`` as batches go by."""
+    stream = out or sys.stderr
+
+    def show(kind: str, count: int) -> None:
+        stream.write(f"  {kind}: {count} scanned\n")
+        stream.flush()
+
+    return show
