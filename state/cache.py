@@ -35,7 +35,10 @@ class StateCache:
         except redis.RedisError as exc:
             logger.warning("cache read of %s failed, using the database: %s", key, exc)
             return None
-        return decode_entry(key, rev, raw)
+        entry = decode_entry(key, rev, raw)
+        if entry is None and (rev is not None or raw is not None):
+            self.evict(key)  # unreadable: make room for a good copy
+        return entry
 
     def put(self, key: str, revision: int, document: dict[str, Any]) -> bool:
         """Store ``document`` at ``revision`` unless a newer revision is cached."""

@@ -47,8 +47,8 @@ class AgentClient:
         self.users = PersistentStateManager(
             self.backend.redis, self.backend.engine, settings=self.settings
         )
-        same_broker = default_app.conf.broker_url == self.settings.broker_url
-        celery: Celery = default_app if same_broker else make_app(self.settings)
+        # The module's app was configured from the environment; other settings get theirs.
+        celery: Celery = default_app if self.settings == get_settings() else make_app(self.settings)
         self.dispatcher = CeleryDispatcher(celery)
         self.workflows = WorkflowEngine(
             WorkflowStore(self.backend.engine), self.dispatcher, get_action, self.settings

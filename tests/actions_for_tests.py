@@ -1,0 +1,48 @@
+"""Workflow actions for tests (AGENTSTATE_ACTION_MODULES=tests.actions_for_tests).
+
+Side effects are counted in Redis so that tests can prove each step ran exactly once.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis
+
+from config import get_settings
+from tasks.actions import action
+
+Document = dict[str, Any]
+
+
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(get_settings().redis_url)
+
+
+def effects_key(workflow_id: str) -> str:
+    return f"test:effects:{workflow_id}"
+
+
+@action("count")
+def count(inputs: Document, deps: Document, context: Document) -> Document:
+    """Record one side effect per run, keyed by workflow and step."""
+    _redis().hincrby(effects_key(context["run"]), inputs["name"], 1)
+    return {"value": 1 + sum(d.get("value", 0) for d in deps.values())}
+
+
+@action("flaky")
+def flaky(inputs: Document, deps: Document, context: Document) -> Document:
+    """Fail the first ``failures`` attempts, then succeed."""
+    attempts = _redis().hincrby(effects_key(context["run"]), f"{inputs['name']}:attempts", 1)
+    if attempts <= int(inputs["failures"]):
+        raise RuntimeError(f"flaky failure {attempts}")
+    return {"attempts": attempts}
+
+
+@action("slow_count")
+def slow_count(inputs: Document, deps: Document, context: Document) -> Document:
+    """Sleep, then record a side effect (a window for killing the worker mid-step)."""
+    time.sleep(float(inputs.get("seconds", 1.0)))
+    _redis().hincrby(effects_key(context["run"]), inputs["name"], 1)
+    return {"value": 1}

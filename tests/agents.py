@@ -1,0 +1,29 @@
+"""A test agent: the reference agent, plus handlers that fail or overrun on request.
+
+Workers load it with AGENTSTATE_AGENT=tests.agents. A message containing "explode" makes
+planning raise; one containing "dawdle" makes executing sleep past a 1 s deadline.
+"""
+
+from __future__ import annotations
+
+import time
+
+from state.agent import PhaseContext, PhaseResult
+from tasks import agent as reference
+from tasks.agent import evaluating, generating, retrieving, understanding
+
+__all__ = ["evaluating", "executing", "generating", "planning", "retrieving", "understanding"]
+
+DAWDLE_S = 3.0
+
+
+def planning(ctx: PhaseContext) -> PhaseResult:
+    if "explode" in ctx.message:
+        raise RuntimeError("the planner exploded on purpose")
+    return reference.planning(ctx)
+
+
+def executing(ctx: PhaseContext) -> PhaseResult:
+    if "dawdle" in ctx.message:
+        time.sleep(DAWDLE_S)
+    return reference.executing(ctx)

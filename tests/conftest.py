@@ -1,0 +1,107 @@
+"""Fixtures: real Redis and Postgres (their own DB indexes and database), real workers."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from config import Settings
+from state.backend import reset_backends
+from state.db import dispose_engines, get_engine, upgrade_schema
+from state.redisconn import forget_clients
+from tests.support import (
+    BROKER_URL,
+    PG_URL,
+    REDIS_URL,
+    TEST_DB,
+    Workers,
+    drop_database,
+    make_settings,
+    postgres_ok,
+    recreate_database,
+    redis_ok,
+    uid,
+    unavailable,
+)
+
+# The code under test must never pick up a developer's AGENTSTATE_* environment.
+for _name in [k for k in os.environ if k.startswith("AGENTSTATE_") and "_TEST_" not in k]:
+    del os.environ[_name]
+os.environ["AGENTSTATE_REDIS_URL"] = REDIS_URL
+os.environ["AGENTSTATE_BROKER_URL"] = BROKER_URL
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    if not redis_ok(REDIS_URL) or not redis_ok(BROKER_URL):
+        unavailable("Redis at 127.0.0.1:6379")
+    for url in (REDIS_URL, BROKER_URL):
+        redis.Redis.from_url(url).flushdb()
+    yield REDIS_URL
+    for url in (REDIS_URL, BROKER_URL):
+        redis.Redis.from_url(url).flushdb()
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> redis.Redis:
+    return redis.Redis.from_url(redis_url)
+
+
+@pytest.fixture(scope="session")
+def pg_url(redis_url: str) -> Iterator[str]:
+    if not postgres_ok():
+        unavailable("PostgreSQL at 127.0.0.1:5432")
+    recreate_database(TEST_DB)
+    upgrade_schema(get_engine(PG_URL))
+    yield PG_URL
+    dispose_engines()
+    drop_database(TEST_DB)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path, redis_url: str) -> str:
+    url = f"sqlite:///{tmp_path / 'agentstate.db'}"
+    upgrade_schema(get_engine(url))
+    return url
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def db_url(request: pytest.FixtureRequest) -> str:
+    """Each backend contract test runs on Postgres and on SQLite."""
+    return str(request.getfixturevalue("pg_url" if request.param == "postgres" else "sqlite_url"))
+
+
+@pytest.fixture
+def settings(db_url: str) -> Settings:
+    return make_settings(db_url)
+
+
+@pytest.fixture
+def pg_settings(pg_url: str) -> Settings:
+    return make_settings(pg_url)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_state() -> Iterator[None]:
+    yield
+    reset_backends()
+    forget_clients()
+
+
+@pytest.fixture(scope="module")
+def worker_settings(pg_url: str) -> Settings:
+    """Settings shared by a module's workers and its clients (own queue per module)."""
+    return make_settings(pg_url, queue=uid("q"), stuck_after=30.0)
+
+
+@pytest.fixture(scope="module")
+def workers(
+    worker_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Workers]:
+    pool = Workers(worker_settings, tmp_path_factory.mktemp("workers"), count=2).start()
+    yield pool
+    pool.stop()

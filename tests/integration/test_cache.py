@@ -1,0 +1,76 @@
+"""The Redis hot tier: disposable, versioned, never ahead of the database."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from config import Settings
+from state import keys
+from state.backend import Backend
+from state.cache import StateCache
+from state.session_store import SessionChange, SessionStore
+from state.store import PersistentStateManager
+from tests.support import make_settings, uid
+
+
+def test_flushdb_loses_speed_not_state(settings: Settings, redis_client: redis.Redis) -> None:
+    manager = PersistentStateManager(settings=settings)
+    user = uid("u")
+    manager.save_user_state(user, {"memories": ["tea"]})
+    assert redis_client.exists(keys.user_state_cache(user))
+    redis_client.flushdb()
+    assert manager.load_user_state(user)["memories"] == ["tea"]  # from the database
+    assert redis_client.exists(keys.user_state_cache(user))  # and backfilled
+
+
+def test_an_older_revision_never_replaces_a_newer_one(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    cache = StateCache(redis_client, ttl_s=60)
+    key = keys.user_state_cache(uid("u"))
+    assert cache.put(key, 5, {"v": "new"})
+    assert not cache.put(key, 4, {"v": "delayed old write"})
+    assert cache.get(key) == (5, {"v": "new"})
+    assert cache.put(key, 6, {"v": "newer"})
+    assert cache.get(key) == (6, {"v": "newer"})
+
+
+def test_entries_expire_with_their_ttl(redis_client: redis.Redis, redis_url: str) -> None:
+    cache = StateCache(redis_client, ttl_s=1)
+    key = keys.user_state_cache(uid("u"))
+    cache.put(key, 1, {"a": 1})
+    assert 0 < redis_client.ttl(key) <= 1
+    time.sleep(1.2)
+    assert cache.get(key) is None
+
+
+def test_a_stale_cached_session_is_not_trusted(settings: Settings) -> None:
+    backend = Backend.build(settings)
+    store = SessionStore(backend.engine, backend.cache)
+    snap = store.create(uid("s"), "alice")
+    store.publish(snap)
+    committed = store.commit(
+        snap, SessionChange(phase="planning", status="active", doc=dict(snap.doc))
+    )
+    # A reader expecting revision 1 finds revision 0 in the cache: it reads the database.
+    loaded = store.load(snap.session_id, expected_version=1)
+    assert loaded is not None and loaded.version == committed.snapshot.version == 1
+    assert loaded.phase == "planning"
+
+
+def test_redis_down_means_slower_not_wrong(settings: Settings) -> None:
+    dead = make_settings(settings.database_url, redis_url="redis://127.0.0.1:1/0")
+    manager = PersistentStateManager(settings=dead)
+    user = uid("u")
+    manager.save_user_state(user, {"still": "works"})
+    assert manager.load_user_state(user)["still"] == "works"
+
+
+def test_garbage_in_the_cache_is_a_miss(settings: Settings, redis_client: redis.Redis) -> None:
+    manager = PersistentStateManager(settings=settings)
+    user = uid("u")
+    manager.save_user_state(user, {"ok": True})
+    redis_client.hset(keys.user_state_cache(user), mapping={"rev": "99", "doc": "{not json"})
+    assert manager.load_user_state(user)["ok"] is True

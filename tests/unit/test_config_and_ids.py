@@ -1,0 +1,319 @@
+"""Settings from AGENTSTATE_*, URL redaction, the id rule and the Celery configuration."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from config import HopPolicy, Settings, get_settings, redact_url
+from config.celery import celery_config
+from state.errors import BadInputError, InvalidIdError
+from state.ids import validate_id
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """No AGENTSTATE_* variable set, and a settings cache that is re-read before and after."""
+    for name in [k for k in os.environ if k.startswith("AGENTSTATE_")]:
+        monkeypatch.delenv(name)
+    get_settings.cache_clear()
+    yield monkeypatch
+    get_settings.cache_clear()
+
+
+# --- Settings -------------------------------------------------------------------------
+
+
+def test_defaults(clean_env: pytest.MonkeyPatch) -> None:
+    s = get_settings()
+    assert s.redis_url == "redis://localhost:6379/0"
+    assert s.broker_url == "redis://localhost:6379/0"
+    assert s.database_url == "sqlite:///agentstate.db"
+    assert s.lock_timeout == 30
+    assert s.session_ttl == 3600
+    assert s.cache_ttl == 3600
+    assert s.execution_timeout == 30
+    assert s.retry_backoff == 1
+    assert s.agent == "tasks.agent"
+    assert s.action_modules == ""
+    assert s.action_module_list == []
+    assert s.max_message_bytes == 65536
+    assert s.stuck_after == 60.0
+    assert isinstance(s.stuck_after, float)
+    assert s.hop_policy == HopPolicy.EVERY_PHASE
+    assert s.hop_policy.value == "every_phase"
+
+
+def test_get_settings_is_cached(clean_env: pytest.MonkeyPatch) -> None:
+    first = get_settings()
+    assert get_settings() is first
+    clean_env.setenv("AGENTSTATE_AGENT", "other.agent")
+    assert get_settings().agent == "tasks.agent"  # cached until cleared
+    get_settings.cache_clear()
+    assert get_settings().agent == "other.agent"
+
+
+def test_broker_url_defaults_to_redis_url(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("AGENTSTATE_REDIS_URL", "redis://cache:6380/2")
+    s = get_settings()
+    assert s.redis_url == "redis://cache:6380/2"
+    assert s.broker_url == "redis://cache:6380/2"
+
+
+def test_broker_url_can_differ_from_redis_url(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("AGENTSTATE_REDIS_URL", "redis://cache:6380/2")
+    clean_env.setenv("AGENTSTATE_BROKER_URL", "redis://broker:6379/5")
+    s = get_settings()
+    assert s.redis_url == "redis://cache:6380/2"
+    assert s.broker_url == "redis://broker:6379/5"
+
+
+EVERY_VARIABLE: dict[str, tuple[str, str, Any]] = {
+    # variable: (value set, field, expected value)
+    "AGENTSTATE_REDIS_URL": ("redis://r:1/3", "redis_url", "redis://r:1/3"),
+    "AGENTSTATE_BROKER_URL": ("redis://b:2/4", "broker_url", "redis://b:2/4"),
+    "AGENTSTATE_DATABASE_URL": ("postgresql://db/x", "database_url", "postgresql://db/x"),
+    "AGENTSTATE_LOCK_TIMEOUT": ("12", "lock_timeout", 12),
+    "AGENTSTATE_SESSION_TTL": ("99", "session_ttl", 99),
+    "AGENTSTATE_CACHE_TTL": ("77", "cache_ttl", 77),
+    "AGENTSTATE_EXECUTION_TIMEOUT": ("5", "execution_timeout", 5),
+    "AGENTSTATE_RETRY_BACKOFF": ("0.25", "retry_backoff", 0.25),
+    "AGENTSTATE_AGENT": ("my.agent", "agent", "my.agent"),
+    "AGENTSTATE_ACTION_MODULES": ("a.b,c", "action_modules", "a.b,c"),
+    "AGENTSTATE_MAX_MESSAGE_BYTES": ("1024", "max_message_bytes", 1024),
+    "AGENTSTATE_STUCK_AFTER": ("2.5", "stuck_after", 2.5),
+    "AGENTSTATE_HOP_POLICY": ("inline", "hop_policy", HopPolicy.INLINE),
+}
+
+
+def test_every_variable_is_read_together(clean_env: pytest.MonkeyPatch) -> None:
+    for name, (value, _, _) in EVERY_VARIABLE.items():
+        clean_env.setenv(name, value)
+    s = get_settings()
+    for name, (_, field, expected) in EVERY_VARIABLE.items():
+        assert getattr(s, field) == expected, name
+
+
+@pytest.mark.parametrize("name", list(EVERY_VARIABLE))
+def test_each_variable_is_read(clean_env: pytest.MonkeyPatch, name: str) -> None:
+    value, field, expected = EVERY_VARIABLE[name]
+    default = getattr(Settings(), field)
+    assert default != expected, "pick a test value that differs from the default"
+    clean_env.setenv(name, value)
+    assert getattr(get_settings(), field) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("", []),
+        ("one", ["one"]),
+        ("a.b,c.d", ["a.b", "c.d"]),
+        (" a.b , c.d ,", ["a.b", "c.d"]),
+        (",,x,,", ["x"]),
+    ],
+)
+def test_action_module_list_splits_commas(
+    clean_env: pytest.MonkeyPatch, value: str, expected: list[str]
+) -> None:
+    clean_env.setenv("AGENTSTATE_ACTION_MODULES", value)
+    assert get_settings().action_module_list == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("AGENTSTATE_LOCK_TIMEOUT", "-1"),
+        ("AGENTSTATE_LOCK_TIMEOUT", "0"),
+        ("AGENTSTATE_EXECUTION_TIMEOUT", "-5"),
+        ("AGENTSTATE_SESSION_TTL", "-1"),
+        ("AGENTSTATE_CACHE_TTL", "0"),
+        ("AGENTSTATE_CACHE_TTL", "1.5"),
+        ("AGENTSTATE_RETRY_BACKOFF", "-0.1"),
+        ("AGENTSTATE_MAX_MESSAGE_BYTES", "0"),
+        ("AGENTSTATE_STUCK_AFTER", "-1"),
+        ("AGENTSTATE_STUCK_AFTER", "soon"),
+        ("AGENTSTATE_HOP_POLICY", "sometimes"),
+        ("AGENTSTATE_HOP_POLICY", "INLINE!"),
+        ("AGENTSTATE_AGENT", "   "),
+    ],
+)
+def test_invalid_values_are_refused(clean_env: pytest.MonkeyPatch, name: str, value: str) -> None:
+    clean_env.setenv(name, value)
+    with pytest.raises(ValidationError):
+        get_settings()
+
+
+def test_settings_are_frozen(clean_env: pytest.MonkeyPatch) -> None:
+    s = get_settings()
+    with pytest.raises(ValidationError):
+        s.lock_timeout = 1  # type: ignore[misc]
+
+
+# --- redact_url -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("postgresql://user:hunter2@db:5432/app", "hunter2"),
+        ("postgresql+psycopg2://agent:s3cr3t@127.0.0.1/x", "s3cr3t"),
+        ("redis://:topsecret@localhost:6379/0", "topsecret"),
+        ("redis://default:pa55@h:6379/0 failed", "pa55"),
+        ("error connecting to amqp://guest:guestpw@rabbit// (timeout)", "guestpw"),
+    ],
+)
+def test_redact_url_hides_credentials(text: str, secret: str) -> None:
+    out = redact_url(text)
+    assert secret not in out
+    assert "***@" in out
+
+
+def test_redact_url_keeps_the_rest_of_the_text() -> None:
+    text = "db postgresql://u:p@h:5432/app and broker redis://:x@r:6379/1 down"
+    assert redact_url(text) == "db postgresql://***@h:5432/app and broker redis://***@r:6379/1 down"
+
+
+def test_redact_url_hides_a_password_containing_at_sign() -> None:
+    # redis-py (urllib) reads the password up to the last '@': here it is "p@ss".
+    assert redact_url("redis://:p@ss@localhost:6379/0") == "redis://***@localhost:6379/0"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["redis://localhost:6379/0", "sqlite:///agentstate.db", "no url here", "mail me@example.org"],
+)
+def test_redact_url_leaves_urls_without_credentials(text: str) -> None:
+    assert redact_url(text) == text
+
+
+# --- ids ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value", ["a", "A", "0", "x" * 128, "session-1", "user_1", "a.b:c-d_e", "...", "::", "-"]
+)
+def test_valid_ids(value: str) -> None:
+    assert validate_id(value, "session") == value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        "x" * 129,
+        "a b",
+        " a",
+        "a ",
+        "a/b",
+        "a\\b",
+        "a\n",
+        "\na",
+        "a\tb",
+        "é",
+        "\uff53",  # fullwidth s
+        "٣",
+        "a*b",
+        "a@b",
+        "a#b",
+        "a%b",
+        None,
+        1,
+        1.5,
+        b"abc",
+        ["a"],
+    ],
+)
+@pytest.mark.parametrize("kind", ["session", "user", "workflow", "step"])
+def test_invalid_ids(value: object, kind: str) -> None:
+    with pytest.raises(InvalidIdError) as info:
+        validate_id(value, kind)
+    assert f"invalid {kind} id" in str(info.value)
+    assert isinstance(info.value, BadInputError)
+
+
+def test_invalid_id_message_is_short_for_long_values() -> None:
+    with pytest.raises(InvalidIdError) as info:
+        validate_id("x" * 10_000, "user")
+    assert len(str(info.value)) < 200
+
+
+# --- Celery configuration -------------------------------------------------------------
+
+
+@pytest.fixture
+def base_settings(clean_env: pytest.MonkeyPatch) -> Settings:
+    return Settings()
+
+
+def test_celery_is_json_only(base_settings: Settings) -> None:
+    conf = celery_config(base_settings)
+    assert conf["accept_content"] == ["json"]
+    assert conf["result_accept_content"] == ["json"]
+    assert conf["task_serializer"] == "json"
+    assert conf["result_serializer"] == "json"
+    assert conf["event_serializer"] == "json"
+
+
+def test_celery_at_least_once_delivery(base_settings: Settings) -> None:
+    conf = celery_config(base_settings)
+    assert conf["task_acks_late"] is True
+    assert conf["task_reject_on_worker_lost"] is True
+    assert conf["worker_prefetch_multiplier"] == 1
+
+
+@pytest.mark.parametrize("events", [True, False])
+def test_celery_events_follow_settings(clean_env: pytest.MonkeyPatch, events: bool) -> None:
+    conf = celery_config(Settings(task_events=events))
+    assert conf["worker_send_task_events"] is events
+    assert conf["task_send_sent_event"] is events
+
+
+def test_celery_events_from_environment(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("AGENTSTATE_TASK_EVENTS", "false")
+    assert celery_config(get_settings())["worker_send_task_events"] is False
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"execution_timeout": 5000.0},
+        {"lock_timeout": 4000.0},
+        {"stuck_after": 2000.0},
+    ],
+)
+def test_celery_visibility_timeout_is_long(
+    clean_env: pytest.MonkeyPatch, overrides: dict[str, Any]
+) -> None:
+    s = Settings(**overrides)
+    timeout = celery_config(s)["broker_transport_options"]["visibility_timeout"]
+    assert timeout >= 3600
+    assert timeout > max(s.execution_timeout, s.lock_timeout, s.stuck_after)
+
+
+def test_celery_beat_runs_the_recovery_sweep(base_settings: Settings) -> None:
+    schedule = celery_config(base_settings)["beat_schedule"]
+    tasks = [entry["task"] for entry in schedule.values()]
+    assert "agentstate.recovery.sweep" in tasks
+    assert all(task.startswith("agentstate.") for task in tasks)
+
+
+def test_celery_broker_comes_from_settings(clean_env: pytest.MonkeyPatch) -> None:
+    s = Settings(redis_url="redis://a:1/0", broker_url="redis://b:2/0")
+    assert celery_config(s)["broker_url"] == "redis://b:2/0"
+
+
+def test_celery_imports_include_action_modules(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("AGENTSTATE_ACTION_MODULES", "my.actions, other.actions")
+    s = get_settings()
+    imports = celery_config(s)["imports"]
+    assert imports[-2:] == ["my.actions", "other.actions"]
+    for module in s.action_module_list:
+        assert module in imports
+    for module in ("tasks.phases", "tasks.workflow", "tasks.maintenance"):
+        assert module in imports
