@@ -73,7 +73,8 @@ def get_settings() -> Settings:
     return Settings()
 
 
-_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<cred>[^@/\s]+)@")
+# Up to the last "@" before the host: passwords may themselves contain "@".
+_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<cred>[^/\s]*)@")
 
 
 def redact_url(text: str) -> str:

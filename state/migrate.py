@@ -35,7 +35,9 @@ def add_tool_results(doc: Document) -> Document:
 
 def reshape_message_history(doc: Document) -> Document:
     """v2 -> v3: history items become ``{role, content, timestamp, metadata}``."""
-    history = doc.get("message_history") or []
+    history = doc.get("message_history")
+    if history is None:
+        history = []
     if not isinstance(history, list):
         raise MigrationError("message_history must be a list")
     doc["message_history"] = [_reshape_message(item) for item in history]

@@ -274,6 +274,10 @@ class TurnEngine:
         except Exception as exc:
             logger.warning("session %s: %s handler failed: %r", snap.session_id, phase, exc)
             self._fail_turn(draft, "error_occurred", ERROR_REPLY, f"{type(exc).__name__}: {exc}")
+            return draft
+        if self._deadline_passed(draft):
+            # The handler overran: its result arrives too late to count.
+            self._fail_turn(draft, "timeout", TIMEOUT_REPLY, "execution deadline passed")
         return draft
 
     def _start_turn(self, draft: Draft, item: InboxItem) -> None:

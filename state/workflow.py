@@ -110,6 +110,8 @@ class WorkflowState:
     ) -> list[WorkflowStep]:
         """Record a success; return the dependents that just became ready."""
         step = self.steps[step_id]
+        if step.is_terminal:
+            return []  # a repeated completion must not release dependents twice
         self._ready.discard(step_id)
         step.status = WorkflowStepStatus.SUCCESS
         step.outputs = dict(outputs or {})
@@ -124,6 +126,8 @@ class WorkflowState:
 
     def mark_failed(self, step_id: str) -> list[WorkflowStep]:
         """Record a final failure; skip and return every transitive dependent."""
+        if self.steps[step_id].is_terminal:
+            return []
         self._ready.discard(step_id)
         self.steps[step_id].status = WorkflowStepStatus.FAILED
         skipped = []

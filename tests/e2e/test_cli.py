@@ -1,0 +1,181 @@
+"""The `agentstate` command line, run as a subprocess against real workers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config import Settings
+from tests.support import REPO, Workers, settings_env, uid
+
+pytestmark = pytest.mark.workers
+AGENTSTATE = str(Path(__import__("sys").executable).with_name("agentstate"))
+
+
+def run(
+    settings: Settings, *args: str, env: dict[str, str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    environment = settings_env(settings)
+    environment.update(env or {})
+    return subprocess.run(
+        [AGENTSTATE, *args],
+        cwd=REPO,
+        env=environment,
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=120,
+        check=False,
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
+    assert result.returncode == code, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def cli(worker_settings: Settings, workers: Workers) -> Settings:
+    return worker_settings
+
+
+def test_help_explains_every_command(cli: Settings) -> None:
+    result = run(cli, "--help")
+    assert result.returncode == 0
+    for command in (
+        "db",
+        "send",
+        "session",
+        "user",
+        "workflow",
+        "recover",
+        "migrate",
+        "fsm",
+        "demo",
+    ):
+        assert command in result.stdout
+
+
+def test_db_upgrade_is_idempotent(cli: Settings) -> None:
+    result = run(cli, "db", "upgrade", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["revision"] == "0001"
+
+
+def test_send_wait_show_and_user(cli: Settings) -> None:
+    session_id, user = uid("cli"), uid("u")
+    result = run(cli, "send", session_id, "what is 12*7?", "--user", user, "--wait")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "12*7 = 84"
+    assert "understanding" in result.stderr and "generating" in result.stderr  # live phases
+    result = run(
+        cli, "send", session_id, "remember that I like jazz", "--user", user, "--wait", "--json"
+    )
+    data = json.loads(result.stdout)
+    assert data["reply"] == "Got it. I'll remember that I like jazz."
+    assert data["path"][-1] == "idle"
+    shown = run(cli, "session", "show", session_id)
+    assert "[assistant] 12*7 = 84" in shown.stdout
+    doc = json.loads(run(cli, "session", "show", session_id, "--json").stdout)
+    assert doc["phase"] == "idle" and len(doc["message_history"]) == 4
+    state = json.loads(run(cli, "user", "show", user).stdout)
+    assert state["memories"] == ["I like jazz"]
+
+
+def test_send_without_wait_prints_the_message_id(cli: Settings) -> None:
+    result = run(cli, "send", uid("cli"), "hello", "--user", uid("u"), "--json")
+    assert result.returncode == 0
+    assert json.loads(result.stdout)["message_id"].startswith("msg-")
+
+
+def test_bad_input_exits_2_with_one_line(cli: Settings) -> None:
+    session_id = uid("cli")
+    run(cli, "send", session_id, "hello", "--user", "owner")
+    assert_one_line_error(run(cli, "session", "show", uid("nobody")), 2, "unknown session")
+    assert_one_line_error(run(cli, "session", "show", "bad id!"), 2, "invalid session id")
+    assert_one_line_error(
+        run(cli, "send", session_id, "hi", "--user", "intruder"), 2, "another user"
+    )
+    assert_one_line_error(run(cli, "send", session_id, "x" * 70000, "--user", "owner"), 2, "bytes")
+    assert_one_line_error(run(cli, "workflow", "show", uid("nowf")), 2, "unknown workflow")
+    assert_one_line_error(run(cli, "user", "show", "not/valid"), 2, "invalid user id")
+    assert_one_line_error(run(cli, "send", session_id), 2)  # missing arguments
+    assert_one_line_error(run(cli, "nonsense"), 2)
+
+
+def test_workflow_run_show_and_bad_specs(cli: Settings, tmp_path: Path) -> None:
+    workflow_id = uid("wf")
+    spec = {
+        "workflow_id": workflow_id,
+        "steps": [
+            {"step_id": "a", "action": "calculate", "inputs": {"expression": "2+3"}},
+            {
+                "step_id": "b",
+                "action": "calculate",
+                "inputs": {"expression": "a*10"},
+                "dependencies": ["a"],
+            },
+        ],
+    }
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    result = run(cli, "workflow", "run", str(path), "--wait")
+    assert result.returncode == 0, result.stderr
+    assert "2/2 done" in result.stderr
+    assert "success" in result.stdout
+    doc = json.loads(run(cli, "workflow", "show", workflow_id, "--json").stdout)
+    assert doc["steps"]["b"]["outputs"] == {"value": 50}
+
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert_one_line_error(run(cli, "workflow", "run", str(bad)), 2, "not valid JSON")
+    cyclic_id = uid("wf")
+    bad.write_text(
+        json.dumps(
+            {
+                "workflow_id": cyclic_id,
+                "steps": [
+                    {"step_id": "x", "action": "echo", "dependencies": ["y"]},
+                    {"step_id": "y", "action": "echo", "dependencies": ["x"]},
+                ],
+            }
+        )
+    )
+    assert_one_line_error(run(cli, "workflow", "run", str(bad)), 2, "cycle")
+    assert_one_line_error(run(cli, "workflow", "show", cyclic_id), 2, "unknown workflow")
+    assert_one_line_error(run(cli, "workflow", "run", str(tmp_path / "missing.json")), 2)
+    stdin = json.dumps({"steps": [{"step_id": "e", "action": "echo", "inputs": {"k": 1}}]})
+    piped = run(cli, "workflow", "run", "-", "--wait", "--json", stdin=stdin)
+    assert json.loads(piped.stdout)["steps"]["e"]["outputs"] == {"k": 1}
+
+
+def test_recover_migrate_and_fsm(cli: Settings) -> None:
+    report = json.loads(run(cli, "recover", "--json").stdout)
+    assert set(report) >= {"sessions_resumed", "steps_redispatched"}
+    dry = json.loads(run(cli, "migrate", "--dry-run", "--json").stdout)
+    assert dry["dry_run"] is True and dry["sessions"]["scanned"] >= 1
+    done = run(cli, "migrate")
+    assert done.returncode == 0 and "sessions:" in done.stdout
+    diagram = run(cli, "fsm", "diagram").stdout
+    assert diagram.startswith("stateDiagram-v2")
+    assert "idle --> understanding: receive_input" in diagram
+
+
+def test_an_unreachable_redis_is_one_line_and_exit_1(cli: Settings) -> None:
+    env: dict[str, Any] = {
+        "AGENTSTATE_REDIS_URL": "redis://:hunter2@127.0.0.1:1/0",
+        "AGENTSTATE_BROKER_URL": "redis://:hunter2@127.0.0.1:1/0",
+    }
+    result = run(cli, "user", "show", uid("u"), env=env)
+    assert result.returncode == 0, result.stderr  # the cache is optional: the database answers
+    assert json.loads(result.stdout) == {}
+    assert "hunter2" not in result.stderr  # credentials never reach the terminal
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,109 @@
+"""Flower, started by the test, sees the workers and every agentstate.* task of a turn."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from config import Settings
+from tasks.client import AgentClient
+from tests.support import REPO, Workers, settings_env, uid
+
+pytestmark = pytest.mark.workers
+AUTH = "tester:s3cret"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _get(url: str, auth: str | None = AUTH) -> Any:
+    request = urllib.request.Request(url)
+    if auth:
+        request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.loads(response.read() or b"null")
+
+
+@pytest.fixture(scope="module")
+def flower(worker_settings: Settings, workers: Workers) -> Iterator[str]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tasks",
+            "flower",
+            f"--port={port}",
+            "--address=127.0.0.1",
+            f"--basic_auth={AUTH}",
+        ],
+        cwd=REPO,
+        env=settings_env(worker_settings),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"{base}/healthcheck", timeout=1).read()
+            break
+        except OSError:
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("Flower did not come up")
+    time.sleep(1.0)  # let Flower subscribe to events before the turn starts
+    yield base
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_flower_sees_the_workers_and_every_phase_task_of_a_turn(
+    flower: str, worker_settings: Settings, workers: Workers
+) -> None:
+    client = AgentClient(worker_settings)
+    session_id = uid("flower")
+    client.send_message(session_id, "what is 7*6?", user_id=uid("u"))
+    client.wait_for_idle(session_id, timeout=30)
+    expected = {
+        f"agentstate.phase.{p}"
+        for p in (
+            "understanding",
+            "planning",
+            "retrieving",
+            "executing",
+            "evaluating",
+            "generating",
+        )
+    }
+    seen: set[str] = set()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not expected <= seen:
+        tasks = _get(f"{flower}/api/tasks?limit=2000")
+        seen = {t["name"] for t in tasks.values() if session_id in str(t.get("args"))}
+        time.sleep(0.3)
+    assert expected <= seen, f"Flower saw {sorted(seen)}"
+    names = set(_get(f"{flower}/api/workers?refresh=1"))
+    assert set(workers.alive()) <= names
+
+
+def test_flower_api_requires_the_basic_auth_credentials(flower: str) -> None:
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        _get(f"{flower}/api/workers", auth=None)
+    assert refused.value.code == 401
