@@ -50,29 +50,48 @@ def migrate_sessions(
     store: SessionStore, *, dry_run: bool, batch: int, progress: Progress | None = None
 ) -> MigrationReport:
     """Load (and so migrate and write back) every session, ``batch`` rows at a time."""
-    report = MigrationReport()
-    after = ""
-    while page := _page(store.engine, sessions.c.session_id, sessions.c.doc, after, batch):
-        for session_id, raw in page:
-            _classify(report, raw, dry_run, partial(store.load_from_database, session_id))
-        after = page[-1][0]
-        if progress:
-            progress("sessions", report.scanned)
-    return report
+    table = (sessions.c.session_id, sessions.c.doc)
+    return _migrate_all(
+        store.engine,
+        table,
+        store.load_from_database,
+        dry_run,
+        batch,
+        partial(progress, "sessions") if progress else None,
+    )
 
 
 def migrate_users(
     manager: PersistentStateManager, *, dry_run: bool, batch: int, progress: Progress | None = None
 ) -> MigrationReport:
     """Load (and so migrate and write back) every user's state, ``batch`` rows at a time."""
+    table = (user_state.c.user_id, user_state.c.state)
+    return _migrate_all(
+        manager.postgres,
+        table,
+        manager.reload_user_state,
+        dry_run,
+        batch,
+        partial(progress, "users") if progress else None,
+    )
+
+
+def _migrate_all(  # noqa: PLR0917 (private; called twice, with positions spelled out)
+    engine: Engine,
+    table: tuple[Any, Any],
+    load: Callable[[str], Any],
+    dry_run: bool,
+    batch: int,
+    progress: Callable[[int], None] | None,
+) -> MigrationReport:
     report = MigrationReport()
     after = ""
-    while page := _page(manager.postgres, user_state.c.user_id, user_state.c.state, after, batch):
-        for user_id, raw in page:
-            _classify(report, raw, dry_run, partial(manager.reload_user_state, user_id))
+    while page := _page(engine, *table, after, batch):
+        for key, raw in page:
+            _classify(report, raw, dry_run, partial(load, key))
         after = page[-1][0]
         if progress:
-            progress("users", report.scanned)
+            progress(report.scanned)
     return report
 
 

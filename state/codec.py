@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from state.errors import InvalidPayloadError
+from state.errors import CorruptStateError, InvalidPayloadError
 
 
 def dumps(value: Any) -> str:
@@ -28,3 +28,14 @@ def require_object(value: Any, what: str) -> dict[str, Any]:
         raise InvalidPayloadError(f"{what} must be a JSON object, got {type(value).__name__}")
     dumps(value)
     return value
+
+
+def decode_document(raw: str | bytes) -> dict[str, Any]:
+    """Parse a stored state document; anything but a JSON object is CorruptStateError."""
+    try:
+        doc = orjson.loads(raw)
+    except ValueError as exc:
+        raise CorruptStateError(f"state is not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise CorruptStateError(f"state is a {type(doc).__name__}, not an object")
+    return doc

@@ -39,9 +39,9 @@ __all__ = ["DistributedStateSync", "LockHandle", "StateLockAcquisitionError"]
 logger = logging.getLogger(__name__)
 
 Document = dict[str, Any]
-DEFAULT_MAX_RETRIES = 100
 DEFAULT_RETRY_BASE_DELAY_S = 0.002
-DEFAULT_RETRY_MAX_DELAY_S = 0.05
+# A short ceiling keeps long waiters polling often, so newcomers cannot starve them.
+DEFAULT_RETRY_MAX_DELAY_S = 0.02
 
 
 @dataclass
@@ -68,7 +68,8 @@ class DistributedStateSync:
         *,
         settings: Settings | None = None,
         lock_timeout: float | None = None,
-        max_retries: int = DEFAULT_MAX_RETRIES,
+        max_retries: int | None = None,
+        acquire_timeout_s: float | None = None,
         retry_base_delay_s: float = DEFAULT_RETRY_BASE_DELAY_S,
         retry_max_delay_s: float = DEFAULT_RETRY_MAX_DELAY_S,
     ) -> None:
@@ -80,6 +81,11 @@ class DistributedStateSync:
         self.store = store
         self.lock_timeout = lock_timeout if lock_timeout is not None else settings.lock_timeout
         self.max_retries = max_retries
+        # By default wait at most one TTL: by then a crashed holder's lock has expired,
+        # and a live holder that keeps renewing is not worth waiting for any longer.
+        self.acquire_timeout_s = (
+            acquire_timeout_s if acquire_timeout_s is not None else self.lock_timeout
+        )
         self.retry_base_delay_s = retry_base_delay_s
         self.retry_max_delay_s = retry_max_delay_s
         self._held: dict[tuple[str, str], str] = {}
@@ -134,21 +140,33 @@ class DistributedStateSync:
     # -- acquisition with retries ----------------------------------------------
 
     def acquire(
-        self, session_id: str, *, node_id: str | None = None, read_cache: bool = False
+        self,
+        session_id: str,
+        *,
+        node_id: str | None = None,
+        read_cache: bool = False,
+        timeout_s: float | None = None,
     ) -> tuple[LockHandle, CachedEntry | None]:
-        """Acquire with bounded, jittered exponential backoff (and read the cache with it)."""
+        """Acquire with jittered exponential backoff, bounded by ``max_retries`` (if set)
+        and by ``timeout_s`` (default ``acquire_timeout_s``); also read the cache if asked."""
         key = keys.session_lock(session_id)
-        for attempt in range(self.max_retries + 1):
+        budget = self.acquire_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + budget
+        attempt = 0
+        while True:
             handle = LockHandle(session_id, key, _new_token(node_id), self.ttl_ms)
             acquired, entry = self._try_acquire(handle, read_cache)
             if acquired:
                 return handle, entry
-            if attempt < self.max_retries:
-                ceiling = min(self.retry_max_delay_s, self.retry_base_delay_s * 2**attempt)
-                time.sleep(random.uniform(0, ceiling))
-        raise StateLockAcquisitionError(
-            f"could not lock session {session_id} after {self.max_retries + 1} attempts"
-        )
+            attempt += 1
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (self.max_retries is not None and attempt > self.max_retries):
+                raise StateLockAcquisitionError(
+                    f"could not lock session {session_id} after {attempt} attempts "
+                    f"in {budget - max(remaining, 0):.1f}s"
+                )
+            ceiling = min(self.retry_max_delay_s, self.retry_base_delay_s * 2**attempt, remaining)
+            time.sleep(random.uniform(0, ceiling))
 
     def _try_acquire(self, handle: LockHandle, read_cache: bool) -> tuple[bool, CachedEntry | None]:
         if not read_cache:

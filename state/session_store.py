@@ -189,7 +189,7 @@ class SessionStore:
             deadline_at=row.deadline_at,
         )
         try:
-            doc = _decode(row.doc)
+            doc = codec.decode_document(row.doc)
             needs_upgrade = "message_history" in doc or _migrator.needs_migration(doc)
             if needs_upgrade:
                 snapshot = self._upgrade(conn, snapshot, doc)
@@ -486,16 +486,6 @@ def full_document(snapshot: Snapshot, history: list[Document]) -> Document:
         message_history=history,
         revision=snapshot.version,
     )
-    return doc
-
-
-def _decode(raw: str) -> Document:
-    try:
-        doc = codec.loads(raw)
-    except ValueError as exc:
-        raise CorruptStateError(f"state is not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise CorruptStateError(f"state is a {type(doc).__name__}, not an object")
     return doc
 
 

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine
 from config import Settings
 from state import keys, users
 from state.backend import Backend
-from state.codec import require_object
+from state.codec import decode_document, require_object
 from state.db import get_engine
 from state.errors import CorruptStateError, FutureVersionError, MigrationError
 from state.ids import validate_id
@@ -92,7 +92,9 @@ class PersistentStateManager:
                 return {}
             raw, revision = row
             try:
-                doc, revision = self._upgrade_in_place(conn, user_id, users.decode(raw), revision)
+                doc, revision = self._upgrade_in_place(
+                    conn, user_id, decode_document(raw), revision
+                )
             except CorruptStateError as exc:
                 users.quarantine_row(conn, user_id, raw, str(exc))
                 corrupt = exc

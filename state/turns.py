@@ -21,7 +21,7 @@ from state import keys, users
 from state.agent import Agent, PhaseContext, PhaseResult
 from state.backend import Backend
 from state.dispatch import Dispatcher
-from state.errors import InvalidTransitionError, StaleStateError
+from state.errors import InvalidTransitionError, StaleStateError, StateLockAcquisitionError
 from state.lock import DistributedStateSync, LockHandle
 from state.machine import RESTING_STATES, WORK_PHASES, AgentStateMachine
 from state.session import SessionStatus, make_message, utcnow
@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 Document = dict[str, Any]
 MAX_EXECUTION_ATTEMPTS = 3
+KICK_LOCK_WAIT_S = 0.5
+PHASE_LOCK_WAIT_S = 5.0
 ERROR_REPLY = "Sorry, something went wrong while I worked on that. Please try again."
 TIMEOUT_REPLY = "Sorry, that took too long and I had to stop. Please try again."
 DEFAULT_REPLY = "(the agent gave no reply)"
@@ -176,7 +178,15 @@ class TurnEngine:
         self, phase: str, session_id: str, expected_version: int | None, task_id: str | None = None
     ) -> PhaseOutcome:
         """Run ``phase`` (and, under the inline policy, the quick phases after it)."""
-        handle, entry = self.sync.acquire(session_id, read_cache=True)
+        try:
+            handle, entry = self.sync.acquire(
+                session_id, read_cache=True, timeout_s=self._lock_wait_s(expected_version)
+            )
+        except StateLockAcquisitionError:
+            if expected_version is None and self._mid_turn(session_id):
+                # The running turn takes the next message from the inbox when it ends.
+                return PhaseOutcome(session_id, "busy")
+            raise
         published = False
         try:
             snap = self._load(session_id, expected_version, entry)
@@ -224,6 +234,16 @@ class TurnEngine:
                 followups.phase = (phase, snap.version)
                 phase = None
         return snap
+
+    def _lock_wait_s(self, expected_version: int | None) -> float:
+        # A kick only needs to know the session is busy; a versioned phase waits a while
+        # for a quick holder, then the task retries later instead of blocking a worker.
+        limit = KICK_LOCK_WAIT_S if expected_version is None else PHASE_LOCK_WAIT_S
+        return min(limit, self.settings.lock_timeout)
+
+    def _mid_turn(self, session_id: str) -> bool:
+        snap = self.sessions.load_from_database(session_id)
+        return snap is not None and snap.phase not in RESTING_STATES
 
     def _load(
         self, session_id: str, expected: int | None, entry: tuple[int, Document] | None

@@ -31,17 +31,6 @@ def read_row(conn: Connection, user_id: str, *, for_update: bool = False) -> tup
     return None if row is None else (row[0], int(row[1]))
 
 
-def decode(raw: str) -> Document:
-    """Parse a stored document; anything but a JSON object raises CorruptStateError."""
-    try:
-        doc = codec.loads(raw)
-    except ValueError as exc:
-        raise CorruptStateError(f"state is not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise CorruptStateError(f"state is a {type(doc).__name__}, not an object")
-    return doc
-
-
 def upgraded(doc: Document) -> Document:
     """``doc`` at the current version; FutureVersionError passes, bad shapes are corrupt."""
     try:
@@ -95,7 +84,7 @@ def mutate(
     current: Document = {}
     if row is not None:
         try:
-            current = upgraded(decode(row[0]))
+            current = upgraded(codec.decode_document(row[0]))
         except CorruptStateError as exc:
             quarantine_row(conn, user_id, row[0], str(exc))
             row = None

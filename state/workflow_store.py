@@ -117,9 +117,7 @@ class WorkflowStore:
             row = conn.execute(
                 update(steps)
                 .where(
-                    steps.c.workflow_id == workflow_id,
-                    steps.c.step_id == step_id,
-                    steps.c.version == version,
+                    *_step_at(workflow_id, step_id, version),
                     steps.c.status.in_(_CLAIMABLE),
                     steps.c.remaining_deps == 0,
                 )
@@ -362,11 +360,7 @@ class WorkflowStore:
         with self.engine.begin() as conn:
             row = conn.execute(
                 update(steps)
-                .where(
-                    steps.c.workflow_id == workflow_id,
-                    steps.c.step_id == step_id,
-                    steps.c.version == version,
-                )
+                .where(*_step_at(workflow_id, step_id, version))
                 .values(recoveries=steps.c.recoveries + int(count), updated_at=utcnow())
                 .returning(steps.c.recoveries)
             ).first()
@@ -420,11 +414,17 @@ class WorkflowStore:
         }
 
 
+def _step_at(workflow_id: str, step_id: str, version: int) -> tuple[Any, ...]:
+    return (
+        steps.c.workflow_id == workflow_id,
+        steps.c.step_id == step_id,
+        steps.c.version == version,
+    )
+
+
 def _claim_guard(claimed: ClaimedStep) -> Iterable[Any]:
     return (
-        steps.c.workflow_id == claimed.workflow_id,
-        steps.c.step_id == claimed.step_id,
-        steps.c.version == claimed.version,
+        *_step_at(claimed.workflow_id, claimed.step_id, claimed.version),
         steps.c.status == RUNNING,
     )
 
