@@ -8,7 +8,7 @@ from typing import Any
 
 from config.settings import Settings
 
-TASK_MODULES = ["tasks.phases", "tasks.workflow", "tasks.maintenance"]
+TASK_MODULES = ["tasks.phases", "tasks.workflow", "tasks.maintenance", "tasks.baseline"]
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:

@@ -59,9 +59,9 @@ def get_action(name: str) -> ActionFn | None:
     return _registry.get(name)
 
 
-def known_actions() -> list[str]:
-    """Every registered action name."""
-    import_action_modules()
+def known_actions(modules: list[str] | None = None) -> list[str]:
+    """Every registered action name (after importing ``modules``, default: Settings')."""
+    import_action_modules(modules)
     return sorted(_registry)
 
 

@@ -108,7 +108,7 @@ class AgentClient:
 
     def start_workflow(self, spec: Document) -> str:
         """Validate the whole spec (nothing is stored if it is bad), store it, start it."""
-        wf = self.workflows.validate(spec, known_actions())
+        wf = self.workflows.validate(spec, known_actions(self.settings.action_module_list))
         return self.workflows.start(wf)
 
     def get_workflow(self, workflow_id: str) -> Document | None:

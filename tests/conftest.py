@@ -95,7 +95,13 @@ def _fresh_process_state() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def worker_settings(pg_url: str) -> Settings:
     """Settings shared by a module's workers and its clients (own queue per module)."""
-    return make_settings(pg_url, queue=uid("q"), stuck_after=30.0)
+    return make_settings(
+        pg_url,
+        queue=uid("q"),
+        stuck_after=30.0,
+        retry_backoff=0.05,
+        action_modules="tests.actions_for_tests",
+    )
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,34 @@
+"""Bare Celery tasks that benchmarks and tests measure agentstate against.
+
+They do what a task minimally does (no state, no lock, no database), on the same app,
+broker, serializer and event settings as the agentstate tasks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tasks.app import app
+
+
+@app.task(name="agentstate.baseline.noop", bind=True, acks_late=True)
+def noop(self: Any, counter_key: str | None = None) -> None:
+    """Do nothing; count completions in Redis if a key is given."""
+    if counter_key:
+        _redis().incr(counter_key)
+
+
+@app.task(name="agentstate.baseline.hop", bind=True, acks_late=True)
+def hop(self: Any, remaining: int, counter_key: str | None = None) -> None:
+    """One hop of a bare chain: enqueue the next hop until none remain."""
+    if remaining > 1:
+        self.app.send_task("agentstate.baseline.hop", args=[remaining - 1, counter_key])
+    elif counter_key:
+        _redis().incr(counter_key)
+
+
+def _redis() -> Any:
+    from config import get_settings
+    from state.redisconn import get_redis
+
+    return get_redis(get_settings().redis_url)
