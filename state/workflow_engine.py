@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from config import Settings
@@ -12,7 +13,7 @@ from state.dispatch import Dispatcher
 from state.errors import InvalidPayloadError, StaleStateError, WorkflowSpecError
 from state.ticker import Ticker
 from state.workflow import WorkflowState, parse_spec
-from state.workflow_store import ClaimedStep, Completion, WorkflowStore
+from state.workflow_store import ClaimedStep, Completion, Leftover, WorkflowStore
 
 logger = logging.getLogger(__name__)
 
@@ -58,13 +59,22 @@ class WorkflowEngine:
             self.dispatcher.step(wf.workflow_id, step_id, version)
         return wf.workflow_id
 
-    def run_step(self, workflow_id: str, step_id: str, version: int) -> str:
+    def run_step(
+        self, workflow_id: str, step_id: str, version: int, task_id: str | None = None
+    ) -> str:
         """Run one step delivery; return what happened (``duplicate`` if not ours)."""
         lease_s = self.settings.stuck_after
-        claimed = self.store.claim(workflow_id, step_id, version, lease_s)
+        claimed = self.store.claim(workflow_id, step_id, version, lease_s, task_id)
         if claimed is None:
-            logger.info("step %s/%s@%s: duplicate or stale, dropped", workflow_id, step_id, version)
-            return "duplicate"
+            left = self.store.leftover(workflow_id, step_id, task_id) if task_id else None
+            if left is None:
+                logger.info("step %s/%s@%s: duplicate, dropped", workflow_id, step_id, version)
+                return "duplicate"
+            if left.claimed is None:
+                self._finish_leftover(workflow_id, step_id, left)
+                return "resumed"
+            claimed = left.claimed
+        claimed = replace(claimed, task_id=task_id)
         fn = self.actions(claimed.action)
         if fn is None:
             error = f"unknown action {claimed.action!r} (is AGENTSTATE_ACTION_MODULES set?)"
@@ -78,6 +88,12 @@ class WorkflowEngine:
             return self._fail(claimed, f"{type(exc).__name__}: {exc}", retry=True)
         self.follow(self.store.succeed(claimed, outputs))
         return "success"
+
+    def _finish_leftover(self, workflow_id: str, step_id: str, left: Leftover) -> None:
+        if left.retry_version is not None:
+            self.dispatcher.step(workflow_id, step_id, left.retry_version)
+        elif left.completion is not None:
+            self.follow(left.completion)
 
     def _call(self, fn: ActionFn, claimed: ClaimedStep, lease_s: float) -> Document:
         deps = self.store.dependency_outputs(claimed.workflow_id, claimed.dependencies)

@@ -32,6 +32,13 @@ FAILED = WorkflowStepStatus.FAILED.value
 SKIPPED = WorkflowStepStatus.SKIPPED.value
 RETRYING = WorkflowStepStatus.RETRYING.value
 _CLAIMABLE = (PENDING, RETRYING, RUNNING)
+_CLAIM_COLUMNS = (
+    steps.c.action,
+    steps.c.inputs,
+    steps.c.dependencies,
+    steps.c.retry_count,
+    steps.c.max_retries,
+)
 _CONTEXT_CACHE_SIZE = 256
 _INSERT_BATCH = 1000
 
@@ -48,6 +55,16 @@ class ClaimedStep:
     dependencies: list[str]
     retry_count: int
     max_retries: int
+    task_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """Follow-ups of a delivery whose commit landed but whose acknowledgement was lost."""
+
+    claimed: ClaimedStep | None = None
+    retry_version: int | None = None
+    completion: Completion | None = None
 
 
 @dataclass(frozen=True)
@@ -110,7 +127,12 @@ class WorkflowStore:
     # -- running a step --------------------------------------------------------
 
     def claim(
-        self, workflow_id: str, step_id: str, version: int, lease_s: float
+        self,
+        workflow_id: str,
+        step_id: str,
+        version: int,
+        lease_s: float,
+        task_id: str | None = None,
     ) -> ClaimedStep | None:
         """Mark the step running if it is still at ``version``; None if not (duplicate)."""
         with self.engine.begin() as conn:
@@ -127,27 +149,59 @@ class WorkflowStore:
                     started_at=utcnow(),
                     updated_at=utcnow(),
                     lease_expires_at=time.time() + lease_s,
+                    last_task_id=task_id,
                 )
-                .returning(
-                    steps.c.action,
-                    steps.c.inputs,
-                    steps.c.dependencies,
-                    steps.c.retry_count,
-                    steps.c.max_retries,
-                )
+                .returning(*_CLAIM_COLUMNS)
             ).first()
-        if row is None:
-            return None
-        return ClaimedStep(
-            workflow_id=workflow_id,
-            step_id=step_id,
-            version=version + 1,
-            action=row.action,
-            inputs=codec.loads(row.inputs),
-            dependencies=codec.loads(row.dependencies),
-            retry_count=int(row.retry_count),
-            max_retries=int(row.max_retries),
+        return None if row is None else _claimed(workflow_id, step_id, version + 1, row)
+
+    def leftover(self, workflow_id: str, step_id: str, task_id: str) -> Leftover | None:
+        """What an earlier delivery of ``task_id`` committed but may not have followed up
+        (its commit landed, its acknowledgement did not); None if it was not ours."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(
+                    steps.c.status,
+                    steps.c.version,
+                    steps.c.last_task_id,
+                    steps.c.dependents,
+                    *_CLAIM_COLUMNS,
+                ).where(steps.c.workflow_id == workflow_id, steps.c.step_id == step_id)
+            ).first()
+            if row is None or row.last_task_id != task_id:
+                return None
+            if row.status == RUNNING:
+                return Leftover(claimed=_claimed(workflow_id, step_id, int(row.version), row))
+            if row.status == RETRYING:
+                return Leftover(retry_version=int(row.version))
+            ready = self._ready_among(conn, workflow_id, codec.loads(row.dependents))
+            finished = self._finished(conn, workflow_id)
+        return Leftover(completion=Completion(workflow_id, ready, finished))
+
+    def _ready_among(
+        self, conn: Connection, workflow_id: str, candidates: list[str]
+    ) -> list[Dispatch]:
+        if not candidates:
+            return []
+        rows = conn.execute(
+            select(steps.c.step_id, steps.c.version).where(
+                steps.c.workflow_id == workflow_id,
+                steps.c.step_id.in_(candidates),
+                steps.c.status == PENDING,
+                steps.c.remaining_deps == 0,
+            )
         )
+        return [(r[0], int(r[1])) for r in rows]
+
+    def _finished(self, conn: Connection, workflow_id: str) -> Finished | None:
+        row = conn.execute(
+            select(workflows.c.status, workflows.c.session_id, workflows.c.resume_version).where(
+                workflows.c.workflow_id == workflow_id
+            )
+        ).one()
+        if row.status not in (SUCCESS, FAILED):
+            return None
+        return Finished(workflow_id, row.status, row.session_id, row.resume_version)
 
     def dependency_outputs(self, workflow_id: str, dependencies: list[str]) -> Document:
         """Outputs of the given steps, by step id."""
@@ -206,6 +260,7 @@ class WorkflowStore:
                     version=claimed.version + 1,
                     lease_expires_at=None,
                     updated_at=utcnow(),
+                    last_task_id=claimed.task_id,
                 )
             )
             _require_one(result.rowcount, claimed)
@@ -236,6 +291,7 @@ class WorkflowStore:
             "updated_at": utcnow(),
             "lease_expires_at": None,
             "error": error,
+            "last_task_id": claimed.task_id,
         }
         if outputs is not None:
             values["outputs"] = outputs
@@ -412,6 +468,19 @@ class WorkflowStore:
             "finished_at": wf.finished_at.isoformat() if wf.finished_at else None,
             "steps": {row.step_id: _step_document(row) for row in rows},
         }
+
+
+def _claimed(workflow_id: str, step_id: str, version: int, row: Any) -> ClaimedStep:
+    return ClaimedStep(
+        workflow_id=workflow_id,
+        step_id=step_id,
+        version=version,
+        action=row.action,
+        inputs=codec.loads(row.inputs),
+        dependencies=codec.loads(row.dependencies),
+        retry_count=int(row.retry_count),
+        max_retries=int(row.max_retries),
+    )
 
 
 def _step_at(workflow_id: str, step_id: str, version: int) -> tuple[Any, ...]:

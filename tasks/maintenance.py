@@ -7,14 +7,18 @@ from typing import Any
 
 from state.session import utcnow
 from tasks.app import app
-from tasks.options import TASK_OPTIONS
+from tasks.options import TASK_OPTIONS, with_retries
 from tasks.runtime import runtime
 
 
 @app.task(name="agentstate.recovery.sweep", **TASK_OPTIONS)
 def sweep(self: Any) -> dict[str, int]:
     """Re-enqueue lost work (sessions, inbox messages, workflow steps)."""
-    return runtime().recovery.run().as_dict()
+
+    def sweep_once() -> Any:
+        return runtime().recovery.run()
+
+    return dict(with_retries(self, sweep_once).as_dict())
 
 
 @app.task(name="agentstate.session.expire_idle", **TASK_OPTIONS)
@@ -22,4 +26,4 @@ def expire_idle(self: Any) -> dict[str, int]:
     """Mark sessions idle past AGENTSTATE_SESSION_TTL as timed out."""
     rt = runtime()
     cutoff = utcnow() - timedelta(seconds=rt.backend.settings.session_ttl)
-    return {"expired": rt.turns.sessions.expire_idle(cutoff)}
+    return {"expired": with_retries(self, lambda: rt.turns.sessions.expire_idle(cutoff))}

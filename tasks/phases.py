@@ -11,19 +11,22 @@ from typing import Any
 
 from state.errors import StaleStateError
 from tasks.app import app
-from tasks.options import TASK_OPTIONS
+from tasks.options import TASK_OPTIONS, with_retries
 from tasks.runtime import runtime
 
 logger = logging.getLogger(__name__)
 
 
 def _run(task: Any, phase: str, session_id: str, version: int | None) -> dict[str, Any]:
+    def run() -> Any:
+        return runtime().turns.run_phase(phase, session_id, version, task.request.id)
+
     try:
-        outcome = runtime().turns.run_phase(phase, session_id, version, task.request.id)
+        outcome = with_retries(task, run)
     except StaleStateError as exc:
         logger.info("session %s: %s lost a race and was dropped: %s", session_id, phase, exc)
         return {"session_id": session_id, "status": "stale", "phases": []}
-    return outcome.as_dict()
+    return dict(outcome.as_dict())
 
 
 @app.task(name="agentstate.phase.understanding", **TASK_OPTIONS)
@@ -66,6 +69,8 @@ def generating(self: Any, session_id: str, version: int | None = None) -> dict[s
 def execution_timeout(self: Any, session_id: str, deadline: float) -> dict[str, Any]:
     """Fire ``timeout`` if the session is still executing under this deadline."""
     try:
-        return runtime().turns.fire_timeout(session_id, deadline).as_dict()
+        return with_retries(
+            self, lambda: runtime().turns.fire_timeout(session_id, deadline)
+        ).as_dict()
     except StaleStateError:
         return {"session_id": session_id, "status": "stale", "phases": []}

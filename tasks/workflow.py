@@ -7,7 +7,7 @@ from typing import Any
 
 from state.errors import StaleStateError
 from tasks.app import app
-from tasks.options import TASK_OPTIONS
+from tasks.options import TASK_OPTIONS, with_retries
 from tasks.runtime import runtime
 
 logger = logging.getLogger(__name__)
@@ -17,7 +17,10 @@ logger = logging.getLogger(__name__)
 def step(self: Any, workflow_id: str, step_id: str, version: int) -> dict[str, Any]:
     """Run one step of a workflow at ``version`` (duplicates are dropped)."""
     try:
-        status = runtime().workflows.run_step(workflow_id, step_id, version)
+        status = with_retries(
+            self,
+            lambda: runtime().workflows.run_step(workflow_id, step_id, version, self.request.id),
+        )
     except StaleStateError as exc:
         logger.info("step %s/%s lost its claim: %s", workflow_id, step_id, exc)
         status = "stale"

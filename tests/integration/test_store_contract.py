@@ -385,3 +385,22 @@ def test_retry_moves_the_version_so_the_old_claim_is_dead(backend: Backend) -> N
     assert second is not None and second.retry_count == 1
     with pytest.raises(StaleStateError):
         wfs.succeed(first, {})
+
+
+def test_a_redelivered_task_finds_what_its_lost_commit_left_to_do(backend: Backend) -> None:
+    wfs = WorkflowStore(backend.engine)
+    workflow_id = uid("wf")
+    wfs.create(_diamond(workflow_id))
+    claimed = wfs.claim(workflow_id, "a", 0, lease_s=30, task_id="task-a")
+    assert claimed is not None
+    # The claim committed but its acknowledgement was lost: the same task finds its claim.
+    left = wfs.leftover(workflow_id, "a", "task-a")
+    assert left is not None and left.claimed is not None and left.claimed.version == 1
+    assert wfs.leftover(workflow_id, "a", "another-task") is None
+    from dataclasses import replace
+
+    wfs.succeed(replace(claimed, task_id="task-a"), {"value": 1})
+    # Its completion committed but the dispatch of b and c was lost: both are found again.
+    left = wfs.leftover(workflow_id, "a", "task-a")
+    assert left is not None and left.completion is not None
+    assert sorted(left.completion.ready) == [("b", 0), ("c", 0)]
