@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from celery import Celery
 from kombu.exceptions import OperationalError as BrokerError
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from config import Settings, get_settings, redact_url
 from state.backend import Backend
@@ -89,18 +92,19 @@ class AgentClient:
         validate_id(session_id, "session")
         deadline = time.monotonic() + timeout
         delay = _FIRST_POLL_S
+        phase = "unknown"
         while True:
-            snapshot = self.sessions.load_from_database(session_id)
-            if snapshot is None:
-                raise NotFoundError(f"unknown session {session_id!r}")
-            if snapshot.phase in RESTING_STATES and not self.sessions.queued_count(session_id):
-                doc = self.get_session(session_id)
-                assert doc is not None
-                return doc
+            with _outage_tolerated():
+                snapshot = self.sessions.load_from_database(session_id)
+                if snapshot is None:
+                    raise NotFoundError(f"unknown session {session_id!r}")
+                phase = snapshot.phase
+                if phase in RESTING_STATES and not self.sessions.queued_count(session_id):
+                    doc = self.get_session(session_id)
+                    assert doc is not None
+                    return doc
             if time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"session {session_id} still in {snapshot.phase!r} after {timeout:g}s"
-                )
+                raise TimeoutError(f"session {session_id} still in {phase!r} after {timeout:g}s")
             time.sleep(delay)
             delay = min(_MAX_POLL_S, delay * 2)
 
@@ -121,17 +125,19 @@ class AgentClient:
         validate_id(workflow_id, "workflow")
         deadline = time.monotonic() + timeout
         delay = _FIRST_POLL_S
+        progress = "progress unknown"
         while True:
-            doc = self.get_workflow(workflow_id)
-            if doc is None:
-                raise NotFoundError(f"unknown workflow {workflow_id!r}")
-            if doc["status"] in _FINISHED:
-                return doc
-            if time.monotonic() >= deadline:
+            with _outage_tolerated():
+                doc = self.get_workflow(workflow_id)
+                if doc is None:
+                    raise NotFoundError(f"unknown workflow {workflow_id!r}")
+                if doc["status"] in _FINISHED:
+                    return doc
                 done = doc["total_steps"] - doc["remaining_steps"]
+                progress = f"{done}/{doc['total_steps']} steps done"
+            if time.monotonic() >= deadline:
                 raise TimeoutError(
-                    f"workflow {workflow_id} unfinished after {timeout:g}s "
-                    f"({done}/{doc['total_steps']} steps done)"
+                    f"workflow {workflow_id} unfinished after {timeout:g}s ({progress})"
                 )
             time.sleep(delay)
             delay = min(_MAX_POLL_S, delay * 2)
@@ -145,3 +151,14 @@ class AgentClient:
     def load_user_state(self, user_id: str) -> Document:
         """The user's persistent state ({} for an unknown user)."""
         return self.users.load_user_state(user_id)
+
+
+@contextmanager
+def _outage_tolerated() -> Iterator[None]:
+    """While waiting, a database outage is a reason to look again later, not to give up."""
+    try:
+        yield
+    except (OperationalError, InterfaceError) as exc:
+        logger.warning(
+            "database unreachable while waiting; retrying: %s", redact_url(str(exc.orig))
+        )

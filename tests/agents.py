@@ -1,7 +1,8 @@
 """A test agent: the reference agent, plus handlers that fail or overrun on request.
 
 Workers load it with AGENTSTATE_AGENT=tests.agents. A message containing "explode" makes
-planning raise; one containing "dawdle" makes executing sleep past a 1 s deadline.
+planning raise; "dawdle" makes executing sleep past a 1 s deadline; "linger" makes it
+take LINGER_S (a window for killing or stopping the worker mid-phase).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from tasks.agent import evaluating, generating, retrieving, understanding
 __all__ = ["evaluating", "executing", "generating", "planning", "retrieving", "understanding"]
 
 DAWDLE_S = 3.0
+LINGER_S = 2.0
 
 
 def planning(ctx: PhaseContext) -> PhaseResult:
@@ -26,4 +28,6 @@ def planning(ctx: PhaseContext) -> PhaseResult:
 def executing(ctx: PhaseContext) -> PhaseResult:
     if "dawdle" in ctx.message:
         time.sleep(DAWDLE_S)
+    elif "linger" in ctx.message:
+        time.sleep(LINGER_S)
     return reference.executing(ctx)

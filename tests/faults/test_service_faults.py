@@ -1,0 +1,183 @@
+"""Redis flushed or down, Postgres restarted, commit acknowledgements lost.
+
+Each test runs its own Redis or Postgres server, so the machine's services are untouched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from config import Settings
+from state.db import get_engine, upgrade_schema
+from tasks.client import AgentClient
+from tests.actions_for_tests import effects_key
+from tests.faults.helpers import assert_answered_exactly_once, wait_all_idle
+from tests.services import Beat, CommitDropper, PrivatePostgres, PrivateRedis
+from tests.support import PG_URL, Workers, make_settings, uid
+
+pytestmark = [pytest.mark.faults, pytest.mark.workers]
+
+
+def _settings(database_url: str, redis_url: str, broker_url: str) -> Settings:
+    return make_settings(
+        database_url,
+        redis_url=redis_url,
+        broker_url=broker_url,
+        queue=uid("q"),
+        action_modules="tests.actions_for_tests",
+        stuck_after=2.0,
+        sweep_interval=1.0,
+        max_recoveries=20,
+        lock_timeout=3.0,
+        retry_backoff=0.2,
+    )
+
+
+@pytest.fixture
+def private_redis() -> Iterator[PrivateRedis]:
+    server = PrivateRedis().start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def private_pg(redis_url: str) -> Iterator[PrivatePostgres]:
+    server = PrivatePostgres().start()
+    yield server
+    server.close()
+
+
+def _send_waves(client: AgentClient, sessions: list[str], waves: int) -> dict[str, list[str]]:
+    user = uid("u")
+    sent: dict[str, list[str]] = {s: [] for s in sessions}
+    for wave in range(waves):
+        for i, session_id in enumerate(sessions):
+            text = f"what is {wave + 3}*{i + 20}?"
+            client.send_message(session_id, text, user_id=user)
+            sent[session_id].append(text)
+    return sent
+
+
+def test_flushall_mid_run_then_restart_and_sweep(
+    pg_url: str, private_redis: PrivateRedis, tmp_path: Path
+) -> None:
+    settings = _settings(pg_url, f"{private_redis.url}/0", f"{private_redis.url}/1")
+    pool = Workers(settings, tmp_path, count=2).start()
+    beat = Beat(settings, tmp_path).start()
+    try:
+        client = AgentClient(settings)
+        sessions = [uid("s") for _ in range(10)]
+        sent = _send_waves(client, sessions, waves=3)
+        time.sleep(0.3)
+        private_redis.flushall()  # queued tasks, locks and cache: all gone
+        pool.stop()
+        pool.procs.clear()
+        pool.start()  # a restarted worker declares its queue again
+        wait_all_idle(client, sessions, timeout=120)
+        assert assert_answered_exactly_once(client, sent) == 30
+    finally:
+        beat.stop()
+        pool.stop()
+
+
+def test_redis_down_then_back_work_continues(
+    pg_url: str, private_redis: PrivateRedis, tmp_path: Path
+) -> None:
+    settings = _settings(pg_url, f"{private_redis.url}/0", f"{private_redis.url}/1")
+    pool = Workers(settings, tmp_path, count=2).start()
+    beat = Beat(settings, tmp_path).start()
+    try:
+        client = AgentClient(settings)
+        sessions = [uid("s") for _ in range(10)]
+        sent = _send_waves(client, sessions, waves=2)
+        time.sleep(0.2)
+        private_redis.stop()
+        # While Redis is down, messages are still accepted: they are durable in Postgres.
+        for i, session_id in enumerate(sessions):
+            text = f"what is 9*{i + 20}?"
+            client.send_message(
+                session_id, text, user_id="down-user" if False else _owner(client, session_id)
+            )
+            sent[session_id].append(text)
+        time.sleep(2.0)
+        private_redis.start()  # empty: no persistence, like the shared server
+        wait_all_idle(client, sessions, timeout=180)
+        assert assert_answered_exactly_once(client, sent) == 30
+    finally:
+        beat.stop()
+        pool.stop()
+
+
+def _owner(client: AgentClient, session_id: str) -> str:
+    snap = client.sessions.load_from_database(session_id)
+    assert snap is not None
+    return snap.user_id
+
+
+def test_postgres_restarted_mid_run(private_pg: PrivatePostgres, tmp_path: Path) -> None:
+    upgrade_schema(get_engine(private_pg.url))
+    settings = _settings(private_pg.url, "redis://127.0.0.1:6379/13", "redis://127.0.0.1:6379/14")
+    pool = Workers(settings, tmp_path, count=2).start()
+    beat = Beat(settings, tmp_path).start()
+    try:
+        client = AgentClient(settings)
+        sessions = [uid("s") for _ in range(10)]
+        sent = _send_waves(client, sessions, waves=3)
+        time.sleep(0.3)
+        private_pg.restart()  # every pooled connection dies
+        wait_all_idle(client, sessions, timeout=180)
+        assert assert_answered_exactly_once(client, sent) == 30
+    finally:
+        beat.stop()
+        pool.stop()
+        get_engine(private_pg.url).dispose()
+
+
+def test_lost_commit_acknowledgements_never_apply_a_change_twice(
+    pg_url: str, tmp_path: Path
+) -> None:
+    port = int(PG_URL.rsplit(":", 1)[1].split("/")[0])
+    dropper = CommitDropper(port, probability=0.15)
+    proxied = pg_url.replace(f":{port}/", f":{dropper.port}/")
+    settings = _settings(proxied, "redis://127.0.0.1:6379/13", "redis://127.0.0.1:6379/14")
+    direct = _settings(pg_url, settings.redis_url, settings.broker_url).model_copy(
+        update={"queue": settings.queue}
+    )
+    pool = Workers(settings, tmp_path, count=2).start()
+    beat = Beat(direct, tmp_path).start()
+    try:
+        client = AgentClient(direct)
+        sessions = [uid("s") for _ in range(6)]
+        sent = _send_waves(client, sessions, waves=4)
+        run = uid("run")
+        steps = [
+            {
+                "step_id": f"c{i}",
+                "action": "count",
+                "inputs": {"name": f"c{i}"},
+                "dependencies": [] if i < 5 else [f"c{i - 5}"],
+            }
+            for i in range(30)
+        ]
+        workflow_id = client.start_workflow({"context": {"run": run}, "steps": steps})
+        wait_all_idle(client, sessions, timeout=180)
+        doc = client.wait_for_workflow(workflow_id, timeout=180)
+        assert assert_answered_exactly_once(client, sent) == 24
+        assert doc["status"] == "success"
+        outputs = {sid: s["outputs"]["value"] for sid, s in doc["steps"].items()}
+        assert outputs == {f"c{i}": 1 + i // 5 for i in range(30)}  # a chain of sums
+        assert dropper.dropped > 0, "the proxy never dropped an acknowledgement"
+        print(f"\n{dropper.dropped} of {dropper.commits} commit acknowledgements dropped")
+        counts = redis.Redis.from_url(settings.redis_url, decode_responses=True).hgetall(
+            effects_key(run)
+        )
+        assert set(counts) == {f"c{i}" for i in range(30)}
+    finally:
+        beat.stop()
+        pool.stop()
+        dropper.close()

@@ -1,0 +1,163 @@
+"""Workers killed, children killed, holders stopped: nothing lost, nothing doubled."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from config import Settings
+from tasks.client import AgentClient
+from tests.actions_for_tests import effects_key
+from tests.faults.helpers import assert_answered_exactly_once, wait_all_idle
+from tests.services import Beat
+from tests.support import Workers, make_settings, uid
+
+pytestmark = [pytest.mark.faults, pytest.mark.workers]
+
+
+@pytest.fixture
+def fault_settings(pg_url: str) -> Settings:
+    return make_settings(
+        pg_url,
+        queue=uid("q"),
+        agent="tests.agents",
+        action_modules="tests.actions_for_tests",
+        stuck_after=2.0,
+        sweep_interval=1.0,
+        max_recoveries=20,
+        lock_timeout=2.0,
+        retry_backoff=0.2,
+    )
+
+
+@pytest.fixture
+def beat(fault_settings: Settings, tmp_path: Path) -> Iterator[Beat]:
+    running = Beat(fault_settings, tmp_path).start()
+    yield running
+    running.stop()
+
+
+def _wait_phase(client: AgentClient, session_id: str, phase: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        snap = client.sessions.load_from_database(session_id)
+        if snap is not None and snap.phase == phase:
+            return
+        time.sleep(0.02)
+    raise TimeoutError(f"{session_id} never reached {phase}")
+
+
+def test_sigkill_whole_workers_three_times_loses_and_doubles_nothing(
+    fault_settings: Settings, beat: Beat, tmp_path: Path
+) -> None:
+    pool = Workers(fault_settings, tmp_path, count=2).start()
+    try:
+        client = AgentClient(fault_settings)
+        user, sessions = uid("u"), [uid("s") for _ in range(30)]
+        sent: dict[str, list[str]] = {s: [] for s in sessions}
+        rng = random.Random(11)
+        for wave in range(3):
+            for i, session_id in enumerate(sessions):
+                text = f"what is {wave + 2}*{i + 10}?"
+                client.send_message(session_id, text, user_id=user)
+                sent[session_id].append(text)
+            time.sleep(rng.uniform(0.2, 0.6))  # turns are in flight
+            pool.kill(pool.alive()[0])  # main process and children, no goodbye
+            pool.add()
+            pool.wait_ready()
+        wait_all_idle(client, sessions, timeout=180)
+        assert assert_answered_exactly_once(client, sent) == 90
+    finally:
+        pool.stop()
+
+
+def test_sigkill_of_a_pool_child_mid_task_is_redelivered_and_applied_once(
+    fault_settings: Settings, tmp_path: Path
+) -> None:
+    pool = Workers(fault_settings, tmp_path, count=1).start()
+    try:
+        client = AgentClient(fault_settings)
+        session_id, user = uid("s"), uid("u")
+        client.send_message(session_id, "linger over 6*7", user_id=user)
+        _wait_phase(client, session_id, "executing")
+        time.sleep(0.3)  # inside the 2 s handler
+        (name,) = pool.alive()
+        children = pool.children(name)
+        assert children
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)  # the main process lives and requeues the task
+        doc = client.wait_for_idle(session_id, timeout=60)
+        assert [m["content"] for m in doc["message_history"]] == ["linger over 6*7", "6*7 = 42"]
+        assert doc["metadata"]["turn"]["path"].count("executing") == 1
+    finally:
+        pool.stop()
+
+
+def test_a_stopped_lock_holder_is_overtaken_and_its_late_write_refused(
+    fault_settings: Settings, beat: Beat, tmp_path: Path
+) -> None:
+    first = Workers(fault_settings, tmp_path, count=1).start()
+    second = Workers(fault_settings, tmp_path, count=1)
+    second.tag = "second"
+    try:
+        client = AgentClient(fault_settings)
+        session_id, user = uid("s"), uid("u")
+        client.send_message(session_id, "linger over 8*8", user_id=user)
+        _wait_phase(client, session_id, "executing")
+        (name,) = first.alive()
+        stopped = first.children(name)
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)  # its lock renewal stops too
+        second.start()  # the sweep hands the stuck phase to this worker
+        doc = client.wait_for_idle(session_id, timeout=60)
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(3.0)  # the stopped handler finishes and tries to commit
+        doc = client.get_session(session_id)
+        assert doc is not None
+        assert [m["content"] for m in doc["message_history"]] == ["linger over 8*8", "8*8 = 64"]
+        assert doc["phase"] == "idle"
+        client.send_message(session_id, "what is 2*2?", user_id=user)
+        doc = client.wait_for_idle(session_id, timeout=30)
+        assert [m["content"] for m in doc["message_history"]][2:] == ["what is 2*2?", "2*2 = 4"]
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_a_workflow_survives_its_worker_being_killed_mid_step(
+    fault_settings: Settings, beat: Beat, tmp_path: Path
+) -> None:
+    pool = Workers(fault_settings, tmp_path, count=2).start()
+    try:
+        client = AgentClient(fault_settings)
+        run = uid("run")
+        steps = [
+            {
+                "step_id": f"s{i}",
+                "action": "slow_count",
+                "inputs": {"name": f"s{i}", "seconds": 0.6},
+                "dependencies": [] if i < 4 else [f"s{i - 4}"],
+            }
+            for i in range(12)
+        ]
+        workflow_id = client.start_workflow({"context": {"run": run}, "steps": steps})
+        time.sleep(0.9)
+        pool.kill(pool.alive()[0])
+        pool.add()
+        pool.wait_ready()
+        doc = client.wait_for_workflow(workflow_id, timeout=120)
+        assert doc["status"] == "success"
+        assert all(s["status"] == "success" for s in doc["steps"].values())
+        effects = redis.Redis.from_url(fault_settings.redis_url, decode_responses=True)
+        counts = effects.hgetall(effects_key(run))
+        assert counts == {f"s{i}": "1" for i in range(12)}
+    finally:
+        pool.stop()
