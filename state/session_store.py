@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from state import codec, keys
+from state import codec, keys, pg_fastpath
 from state.cache import CachedEntry, StateCache
 from state.errors import (
     CorruptStateError,
@@ -133,6 +133,9 @@ class SessionStore:
     def __init__(self, engine: Engine, cache: StateCache) -> None:
         self.engine = engine
         self.cache = cache
+        self._autocommit: Engine | None = None
+        if engine.dialect.name == "postgresql":
+            self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     # -- reading ---------------------------------------------------------------
 
@@ -283,22 +286,12 @@ class SessionStore:
         ``before_commit`` reports that our lock was lost.
         """
         version = snapshot.version + 1
-        with self.engine.begin() as conn:
-            if snapshot.version == 0:
-                _insert_session(conn, snapshot.session_id, change.doc.get("user_id") or "")
-            self._guarded_update(conn, snapshot, change, version)
-            _insert_messages(conn, snapshot.session_id, snapshot.message_count, change.new_messages)
-            for message_id, state in change.inbox_state.items():
-                conn.execute(
-                    update(inbox).where(inbox.c.message_id == message_id).values(state=state)
-                )
-            for op in change.ops:
-                op(conn)
-            queued = change.check_inbox and has_queued(conn, snapshot.session_id)
-            if before_commit is not None and not before_commit():
-                raise StaleStateError(
-                    f"session {snapshot.session_id}: the state lock was lost before commit"
-                )
+        change.doc["phase"] = change.phase
+        change.doc["status"] = change.status
+        if self._autocommit is not None and snapshot.version > 0 and not change.ops:
+            queued = self._commit_in_one_statement(snapshot, change, before_commit)
+        else:
+            queued = self._commit_in_steps(snapshot, change, before_commit)
         new = Snapshot(
             session_id=snapshot.session_id,
             user_id=snapshot.user_id or str(change.doc.get("user_id") or ""),
@@ -312,11 +305,57 @@ class SessionStore:
         )
         return CommitResult(new, queued)
 
+    def _commit_in_steps(
+        self, snapshot: Snapshot, change: SessionChange, before_commit: Callable[[], bool] | None
+    ) -> bool:
+        # The general path (SQLite, new sessions, phases with extra writes): the lock is
+        # checked last, inside the transaction, right before COMMIT.
+        with self.engine.begin() as conn:
+            if snapshot.version == 0:
+                _insert_session(conn, snapshot.session_id, change.doc.get("user_id") or "")
+            self._guarded_update(conn, snapshot, change, snapshot.version + 1)
+            _insert_messages(conn, snapshot.session_id, snapshot.message_count, change.new_messages)
+            for message_id, state in change.inbox_state.items():
+                conn.execute(
+                    update(inbox).where(inbox.c.message_id == message_id).values(state=state)
+                )
+            for op in change.ops:
+                op(conn)
+            queued = change.check_inbox and has_queued(conn, snapshot.session_id)
+            if before_commit is not None and not before_commit():
+                raise _lock_lost(snapshot)
+        return queued
+
+    def _commit_in_one_statement(
+        self, snapshot: Snapshot, change: SessionChange, before_commit: Callable[[], bool] | None
+    ) -> bool:
+        # Postgres fast path: the lock is checked just before the one statement; the
+        # version guard in that statement still refuses any writer that lost a race.
+        if before_commit is not None and not before_commit():
+            raise _lock_lost(snapshot)
+        fields = {
+            "phase": change.phase,
+            "status": change.status,
+            "doc": change.doc,
+            "message_count": snapshot.message_count + len(change.new_messages),
+            "task_id": change.task_id,
+            "deadline_at": change.deadline_at,
+        }
+        params = pg_fastpath.parameters(
+            snapshot.session_id, snapshot.version, fields, change.new_messages, change.inbox_state
+        )
+        assert self._autocommit is not None
+        shape = (len(change.new_messages), len(change.inbox_state))
+        applied, queued = pg_fastpath.commit(
+            self.engine, self._autocommit, params, shape, change.check_inbox
+        )
+        if not applied:
+            raise _stale(snapshot)
+        return queued
+
     def _guarded_update(
         self, conn: Connection, snapshot: Snapshot, change: SessionChange, version: int
     ) -> None:
-        change.doc["phase"] = change.phase
-        change.doc["status"] = change.status
         result = conn.execute(
             update(sessions)
             .where(
@@ -336,9 +375,7 @@ class SessionStore:
             )
         )
         if result.rowcount != 1:
-            raise StaleStateError(
-                f"session {snapshot.session_id} is no longer at revision {snapshot.version}"
-            )
+            raise _stale(snapshot)
 
     # -- the inbox -------------------------------------------------------------
 
@@ -463,6 +500,16 @@ class SessionStore:
                 .limit(limit)
             )
             return [r[0] for r in rows]
+
+
+def _stale(snapshot: Snapshot) -> StaleStateError:
+    return StaleStateError(
+        f"session {snapshot.session_id} is no longer at revision {snapshot.version}"
+    )
+
+
+def _lock_lost(snapshot: Snapshot) -> StaleStateError:
+    return StaleStateError(f"session {snapshot.session_id}: the state lock was lost before commit")
 
 
 def has_queued(conn: Connection, session_id: str) -> bool:

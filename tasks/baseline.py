@@ -6,6 +6,7 @@ broker, serializer and event settings as the agentstate tasks.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from tasks.app import app
@@ -25,6 +26,12 @@ def hop(self: Any, remaining: int, counter_key: str | None = None) -> None:
         self.app.send_task("agentstate.baseline.hop", args=[remaining - 1, counter_key])
     elif counter_key:
         _redis().incr(counter_key)
+
+
+@app.task(name="agentstate.baseline.stamp", bind=True, acks_late=True)
+def stamp(self: Any, key: str) -> None:
+    """Record when this task ran (the last hop of a latency probe)."""
+    _redis().set(key, repr(time.time()), ex=3600)
 
 
 def _redis() -> Any:

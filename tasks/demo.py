@@ -18,8 +18,8 @@ from typing import Any
 from config import get_settings, redact_url
 from state.db import get_engine, upgrade_schema
 from tasks import progress
+from tasks.processes import WorkerGroup
 
-WORKER_READY_TIMEOUT_S = 60.0
 FLOWER_PORT = 5555
 DIAMOND = {
     "steps": [
@@ -103,18 +103,13 @@ def _workflow(client: Any) -> None:
 @contextmanager
 def _workers(count: int, logs: Path) -> Iterator[None]:
     print(f"\nstarting {count} worker(s) (logs in {logs}) ...")
-    procs = [
-        _spawn(
-            ["worker", "--loglevel=WARNING", "--concurrency=1", f"--hostname=demo{i}@%h"],
-            logs / f"worker{i}.log",
-        )
-        for i in range(1, count + 1)
-    ]
+    group = WorkerGroup(get_settings(), logs, count=count, loglevel="WARNING")
     try:
-        _wait_for_workers(count, procs)
+        group.start()
+        print(f"{count} worker(s) ready")
         yield
     finally:
-        _stop(procs)
+        group.stop()
 
 
 @contextmanager
@@ -135,20 +130,6 @@ def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-
-
-def _wait_for_workers(count: int, procs: list[subprocess.Popen[bytes]]) -> None:
-    from tasks.app import app
-
-    deadline = time.monotonic() + WORKER_READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if any(p.poll() is not None for p in procs):
-            raise RuntimeError("a worker exited at start; see its log")
-        replies = app.control.ping(timeout=0.5) or []
-        if len(replies) >= count:
-            print(f"{len(replies)} worker(s) ready")
-            return
-    raise TimeoutError(f"workers not ready after {WORKER_READY_TIMEOUT_S:g}s")
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,6 +12,7 @@ import redis
 from sqlalchemy import create_engine, text
 
 from config import Settings
+from tasks import processes
 
 REPO = Path(__file__).resolve().parents[1]
 IN_CI = bool(os.environ.get("CI"))
@@ -88,107 +85,18 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """The AGENTSTATE_* environment that reproduces ``settings`` in a subprocess."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTSTATE_")}
-    for name, value in settings.model_dump().items():
-        env[f"AGENTSTATE_{name.upper()}"] = str(value.value if hasattr(value, "value") else value)
+    env = processes.settings_env(settings)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return env
 
 
-class Workers:
+class Workers(processes.WorkerGroup):
     """Real ``celery -A tasks worker`` processes for one test (or module)."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        log_dir: Path,
-        *,
-        count: int = 2,
-        concurrency: int = 1,
-        pool: str = "prefork",
-    ) -> None:
-        self.settings = settings
-        self.log_dir = log_dir
-        self.count = count
-        self.concurrency = concurrency
-        self.pool = pool
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.tag = uuid.uuid4().hex[:6]
-
-    def start(self) -> Workers:
-        for _ in range(self.count):
-            self.add()
-        self.wait_ready()
-        return self
-
-    def add(self) -> str:
-        """Start one more worker; return its node name."""
-        name = f"w{len(self.procs) + 1}-{self.tag}@localhost"
-        log = (self.log_dir / f"{name.split('@', maxsplit=1)[0]}.log").open("ab")
-        self.procs[name] = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "tasks",
-                "worker",
-                f"--hostname={name}",
-                f"--concurrency={self.concurrency}",
-                f"--pool={self.pool}",
-                "--loglevel=INFO",
-                "--without-mingle",
-                "--without-gossip",
-            ],
-            cwd=REPO,
-            env=settings_env(self.settings),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        return name
-
-    def alive(self) -> list[str]:
-        return [n for n, p in self.procs.items() if p.poll() is None]
-
-    def wait_ready(self, timeout: float = WORKER_START_TIMEOUT_S) -> None:
-        from tasks.app import make_app
-
-        app = make_app(self.settings)
-        deadline = time.monotonic() + timeout
-        wanted = set(self.alive())
-        while time.monotonic() < deadline:
-            replies = app.control.ping(destination=sorted(wanted), timeout=0.5) or []
-            answered = {name for reply in replies for name in reply}
-            if wanted <= answered:
-                return
-        raise TimeoutError(f"workers {sorted(wanted)} not ready; logs in {self.log_dir}")
-
-    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        """Signal a worker's whole process group (main process and pool children)."""
-        proc = self.procs[name]
-        if proc.poll() is None:
-            os.killpg(proc.pid, sig)
-            if sig == signal.SIGKILL:
-                proc.wait(timeout=10)
+    def __init__(self, settings: Settings, log_dir: Path, **options: Any) -> None:
+        super().__init__(settings, log_dir, cwd=REPO, **options)
+        self.env = settings_env(settings)
 
     def children(self, name: str) -> list[int]:
         """PIDs of a worker's pool processes."""
-        out = subprocess.run(
-            ["pgrep", "-P", str(self.procs[name].pid)], capture_output=True, text=True, check=False
-        )
-        return [int(pid) for pid in out.stdout.split()]
-
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-    def logs(self) -> str:
-        return "\n".join(p.read_text(errors="replace")[-4000:] for p in self.log_dir.glob("*.log"))
+        return self.children_of(self.procs[name].pid)

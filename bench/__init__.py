@@ -1,0 +1,1 @@
+"""Benchmarks: agentstate side by side with bare Celery and LangGraph (`make bench`)."""

@@ -1,0 +1,138 @@
+"""Benchmark plumbing: a database and Redis DB indexes of their own, worker groups, timing.
+
+Benchmarks never touch the test database, the demo's data or Redis DB 0: they use the
+database ``agentstate_bench`` and Redis DB indexes 11 (cache and locks) and 12 (broker).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import redis
+from sqlalchemy import create_engine, func, select, text
+
+from config import Settings
+from state.db import dispose_engines, get_engine, upgrade_schema
+from state.tables import inbox
+from tasks.processes import WorkerGroup
+
+REPO = Path(__file__).resolve().parents[1]
+PG_SERVER = os.environ.get(
+    "AGENTSTATE_BENCH_PG_SERVER", "postgresql+psycopg2://postgres@127.0.0.1:5432"
+)
+BENCH_DB = "agentstate_bench"
+REDIS_URL = os.environ.get("AGENTSTATE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
+BROKER_URL = os.environ.get("AGENTSTATE_BENCH_BROKER_URL", "redis://127.0.0.1:6379/12")
+DATABASE_URL = f"{PG_SERVER}/{BENCH_DB}"
+
+
+def say(message: str) -> None:
+    """Progress on stderr-like stdout, flushed (benchmarks take minutes)."""
+    print(f"  .. {message}", flush=True)
+
+
+def fresh_database() -> str:
+    """Recreate the bench database at the current schema."""
+    dispose_engines()
+    admin = create_engine(f"{PG_SERVER}/postgres", isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)'))
+        conn.execute(text(f'CREATE DATABASE "{BENCH_DB}"'))
+    admin.dispose()
+    upgrade_schema(get_engine(DATABASE_URL))
+    return DATABASE_URL
+
+
+def flush_redis() -> None:
+    for url in (REDIS_URL, BROKER_URL):
+        redis.Redis.from_url(url).flushdb()
+
+
+def bench_settings(**overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "redis_url": REDIS_URL,
+        "broker_url": BROKER_URL,
+        "database_url": DATABASE_URL,
+        "auto_migrate": False,
+        "queue": f"bench-{uuid.uuid4().hex[:6]}",
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@contextmanager
+def workers(
+    settings: Settings, *, count: int = 2, concurrency: int = 1, pool: str = "prefork"
+) -> Iterator[WorkerGroup]:
+    """Worker processes for one measurement (WARNING logs: INFO logging costs time)."""
+    log_dir = Path(tempfile.mkdtemp(prefix="agentstate-bench-"))
+    group = WorkerGroup(
+        settings,
+        log_dir,
+        count=count,
+        concurrency=concurrency,
+        pool=pool,
+        cwd=REPO,
+        loglevel="WARNING",
+    )
+    group.env["PYTHONPATH"] = str(REPO)
+    group.start()
+    try:
+        yield group
+    finally:
+        group.stop()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not finish within {timeout:g}s")
+        time.sleep(0.02)
+
+
+def answered(session_prefix: str) -> int:
+    """How many inbox messages of the sessions with this prefix have their reply."""
+    with get_engine(DATABASE_URL).connect() as conn:
+        return int(
+            conn.execute(
+                select(func.count())
+                .select_from(inbox)
+                .where(inbox.c.session_id.like(f"{session_prefix}%"), inbox.c.state == "answered")
+            ).scalar_one()
+        )
+
+
+def counter(key: str) -> int:
+    return int(redis.Redis.from_url(REDIS_URL).get(key) or 0)
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def rss_kib(pids: list[int]) -> int:
+    """Resident memory of the given processes, summed."""
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total

@@ -1,0 +1,145 @@
+"""Starting and stopping real Celery processes (the demo, tests and benchmarks use it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from config import Settings
+
+READY_TIMEOUT_S = 60.0
+
+
+def settings_env(settings: Settings, base: dict[str, str] | None = None) -> dict[str, str]:
+    """An environment whose AGENTSTATE_* variables reproduce ``settings`` exactly."""
+    env = {k: v for k, v in (base or dict(os.environ)).items() if not k.startswith("AGENTSTATE_")}
+    for name, value in settings.model_dump().items():
+        env[f"AGENTSTATE_{name.upper()}"] = str(getattr(value, "value", value))
+    return env
+
+
+class WorkerGroup:
+    """``celery -A tasks worker`` processes sharing one Settings."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        log_dir: Path,
+        *,
+        count: int = 2,
+        concurrency: int = 1,
+        pool: str = "prefork",
+        cwd: Path | None = None,
+        extra_env: dict[str, str] | None = None,
+        loglevel: str = "INFO",
+    ) -> None:
+        self.settings = settings
+        self.log_dir = log_dir
+        self.count = count
+        self.concurrency = concurrency
+        self.pool = pool
+        self.cwd = cwd
+        self.env = {**settings_env(settings), **(extra_env or {})}
+        self.loglevel = loglevel
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.tag = uuid.uuid4().hex[:6]
+
+    def start(self) -> WorkerGroup:
+        """Start ``count`` workers and wait until each answers a ping."""
+        for _ in range(self.count):
+            self.add()
+        self.wait_ready()
+        return self
+
+    def add(self) -> str:
+        """Start one more worker; return its node name."""
+        name = f"w{len(self.procs) + 1}-{self.tag}@localhost"
+        log = (self.log_dir / f"{name.split('@', maxsplit=1)[0]}.log").open("ab")
+        self.procs[name] = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "tasks",
+                "worker",
+                f"--hostname={name}",
+                f"--concurrency={self.concurrency}",
+                f"--pool={self.pool}",
+                f"--loglevel={self.loglevel}",
+                "--without-mingle",
+                "--without-gossip",
+            ],
+            cwd=self.cwd,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return name
+
+    def alive(self) -> list[str]:
+        """Node names of workers whose main process is running."""
+        return [name for name, proc in self.procs.items() if proc.poll() is None]
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Block until every live worker answers a ping."""
+        from tasks.app import make_app
+
+        app = make_app(self.settings)
+        wanted = set(self.alive())
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(self.procs[name].poll() is not None for name in wanted):
+                raise RuntimeError(f"a worker exited at start; see the logs in {self.log_dir}")
+            replies = app.control.ping(destination=sorted(wanted), timeout=0.5) or []
+            if wanted <= {name for reply in replies for name in reply}:
+                return
+        raise TimeoutError(f"workers {sorted(wanted)} not ready; logs in {self.log_dir}")
+
+    def pids(self) -> list[int]:
+        """Main processes and their pool children."""
+        pids = []
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                pids.append(proc.pid)
+                pids.extend(self.children_of(proc.pid))
+        return pids
+
+    @staticmethod
+    def children_of(pid: int) -> list[int]:
+        """Direct children of a process."""
+        try:
+            text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+        except OSError:
+            return []
+        return [int(child) for child in text.split()]
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Signal a worker's whole process group (main process and pool children)."""
+        proc = self.procs[name]
+        if proc.poll() is None:
+            os.killpg(proc.pid, sig)
+            if sig == signal.SIGKILL:
+                proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Warm shutdown, then a kill for whatever does not stop within 20 s."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+    def logs(self) -> str:
+        """The tail of every worker's log."""
+        return "\n".join(p.read_text(errors="replace")[-4000:] for p in self.log_dir.glob("*.log"))
