@@ -13,7 +13,7 @@ TASK_MODULES = ["tasks.phases", "tasks.workflow", "tasks.maintenance", "tasks.ba
 
 def celery_config(settings: Settings) -> dict[str, Any]:
     """Every Celery setting agentstate relies on."""
-    return {
+    config = {
         "broker_url": settings.broker_url,
         "broker_connection_retry_on_startup": True,
         "broker_transport_options": {"visibility_timeout": settings.visibility_timeout_s},
@@ -31,9 +31,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
-        # Flower watches task events.
+        # Flower watches the workers' task events (received, started, succeeded, ...).
+        # A "sent" event per enqueue would double the cost of every hop for one more
+        # state in Flower's table, so it is off.
         "worker_send_task_events": settings.task_events,
-        "task_send_sent_event": settings.task_events,
+        "task_send_sent_event": False,
         "task_default_queue": settings.queue,
         "imports": [*TASK_MODULES, *settings.action_module_list],
         "timezone": "UTC",
@@ -49,3 +51,6 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         },
         "beat_schedule_filename": str(Path(tempfile.gettempdir()) / "agentstate-beat-schedule"),
     }
+    if settings.broker_url.split("://", 1)[0] in ("redis", "rediss"):
+        config["broker_transport"] = "tasks.transport:Transport"
+    return config

@@ -27,7 +27,7 @@ _checked: set[tuple[str, int]] = set()
 _guard = threading.Lock()
 
 
-def get_engine(url: str, *, auto_migrate: bool = False) -> Engine:
+def get_engine(url: str, *, auto_migrate: bool = False, _isolation: str | None = None) -> Engine:
     """The engine for ``url`` in this process (engines never cross a fork)."""
     key = (url, os.getpid())
     engine = _engines.get(key)
@@ -35,12 +35,22 @@ def get_engine(url: str, *, auto_migrate: bool = False) -> Engine:
         with _guard:
             engine = _engines.get(key)
             if engine is None:
-                engine = _create_engine(url)
+                engine = _create_engine(url.split("#", 1)[0], _isolation)
                 _engines[key] = engine
     if auto_migrate and key not in _checked:
         ensure_schema(engine)
         _checked.add(key)
     return engine
+
+
+def autocommit_engine(engine: Engine) -> Engine:
+    """A sibling engine whose connections stay in autocommit mode (one-statement commits).
+
+    A pool of its own: switching a pooled connection in and out of autocommit costs a
+    driver call each way, on the hottest path there is.
+    """
+    url = engine.url.render_as_string(hide_password=False)
+    return get_engine(f"{url}#autocommit", _isolation="AUTOCOMMIT")
 
 
 def dispose_engines() -> None:
@@ -52,11 +62,14 @@ def dispose_engines() -> None:
         _checked.clear()
 
 
-def _create_engine(url: str) -> Engine:
+def _create_engine(url: str, isolation: str | None = None) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         return _create_sqlite_engine(url)
-    return create_engine(url, pool_size=5, max_overflow=10, pool_recycle=1800)
+    options: dict[str, Any] = {"pool_size": 5, "max_overflow": 10, "pool_recycle": 1800}
+    if isolation:
+        options["isolation_level"] = isolation
+    return create_engine(url, **options)
 
 
 def _create_sqlite_engine(url: str) -> Engine:

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -53,6 +53,8 @@ class LockHandle:
     token: str
     ttl_ms: int
     lost: bool = False
+    # When Redis last confirmed the lock is ours (acquisition or renewal), monotonic.
+    confirmed_at: float = field(default_factory=time.monotonic)
 
 
 _renewer = Ticker("lock-renewer")
@@ -191,7 +193,7 @@ class DistributedStateSync:
             self.release(handle)
 
     def still_held(self, handle: LockHandle) -> bool:
-        """Check (and extend) the lock right before a commit."""
+        """Ask Redis (and extend the lock) right before a commit."""
         if handle.lost:
             return False
         try:
@@ -199,7 +201,19 @@ class DistributedStateSync:
         except redis.RedisError:
             held = False
         handle.lost = not held
+        if held:
+            handle.confirmed_at = time.monotonic()
         return held
+
+    def surely_held(self, handle: LockHandle) -> bool:
+        """Like still_held, without a round trip while less than half the TTL has passed
+        since Redis last confirmed the lock (a lease: it cannot have expired yet). A lock
+        deleted early by hand is then noticed by the version guard instead."""
+        if handle.lost:
+            return False
+        if time.monotonic() - handle.confirmed_at < handle.ttl_ms / 2000.0:
+            return True
+        return self.still_held(handle)
 
     def keep_renewed(self, handle: LockHandle) -> None:
         """Renew ``handle`` in the background (every third of its TTL) until released."""
@@ -214,6 +228,8 @@ class DistributedStateSync:
         if not held:
             handle.lost = True
             logger.warning("lock %s was lost while held; its write will be refused", handle.key)
+        else:
+            handle.confirmed_at = time.monotonic()
         return held
 
     def release(self, handle: LockHandle) -> bool:
@@ -276,7 +292,7 @@ def _new_token(node_id: str | None) -> str:
 
 def _unsaved(session_id: str) -> Snapshot:
     doc = new_document(session_id, "")
-    return Snapshot(session_id, "", "idle", "active", 0, doc, 0)
+    return Snapshot(session_id, "", "idle", "active", 0, doc, 0, stored=False)
 
 
 def _change_from(current: Document, proposed: object) -> SessionChange:

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from state import codec
+from state import codec, pg_prepared
 from state.session import utcnow
 
 Document = dict[str, Any]
@@ -26,13 +26,14 @@ UPDATE sessions SET version = %(new_version)s, phase = %(phase)s, status = %(sta
 WHERE session_id = %(session_id)s AND version = %(version)s
 RETURNING session_id"""
 
-_QUEUED = (
-    "SELECT EXISTS (SELECT 1 FROM inbox WHERE session_id = %(session_id)s AND state = 'queued')"
+_QUEUED = pg_prepared.prepare(
+    "agentstate_has_queued",
+    "SELECT EXISTS (SELECT 1 FROM inbox WHERE session_id = %(session_id)s AND state = 'queued')",
 )
 
 
 @lru_cache(maxsize=32)
-def statement(messages: int, inbox_changes: int) -> str:
+def statement(messages: int, inbox_changes: int) -> pg_prepared.Prepared:
     """The commit statement for a phase adding ``messages`` rows and changing inbox rows.
 
     Only placeholder numbers are formatted into the SQL; every value is a bound parameter.
@@ -40,7 +41,8 @@ def statement(messages: int, inbox_changes: int) -> str:
     parts = [f"WITH s AS ({_UPDATE})"]
     if messages:
         rows = ", ".join(
-            f"(%(seq{i})s, %(role{i})s, %(content{i})s, %(ts{i})s, %(meta{i})s::jsonb)"
+            f"(%(seq{i})s::int, %(role{i})s::text, %(content{i})s::text, %(ts{i})s::text, "
+            f"%(meta{i})s::jsonb)"
             for i in range(messages)
         )
         parts.append(
@@ -54,7 +56,7 @@ def statement(messages: int, inbox_changes: int) -> str:
         for i in range(inbox_changes)
     )
     parts.append(" SELECT count(*) FROM s")
-    return "".join(parts)
+    return pg_prepared.prepare(f"agentstate_commit_{messages}_{inbox_changes}", "".join(parts))
 
 
 def parameters(
@@ -90,11 +92,11 @@ def commit(
     engine: Engine, autocommit: Engine, params: Document, shape: tuple[int, int], check_inbox: bool
 ) -> tuple[bool, bool]:
     """Run the commit; return (whether the guarded update applied, whether messages wait)."""
-    sql = statement(*shape)
+    prepared = statement(*shape)
     if not check_inbox:
         with autocommit.connect() as conn:
-            return bool(conn.exec_driver_sql(sql, params).scalar_one()), False
+            return bool(pg_prepared.execute(conn, prepared, params).scalar_one()), False
     with engine.begin() as conn:
-        applied = bool(conn.exec_driver_sql(sql, params).scalar_one())
-        queued = applied and bool(conn.exec_driver_sql(_QUEUED, params).scalar_one())
+        applied = bool(pg_prepared.execute(conn, prepared, params).scalar_one())
+        queued = applied and bool(pg_prepared.execute(conn, _QUEUED, params).scalar_one())
     return applied, queued

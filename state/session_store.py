@@ -18,6 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from state import codec, keys, pg_fastpath
 from state.cache import CachedEntry, StateCache
+from state.db import autocommit_engine
 from state.errors import (
     CorruptStateError,
     FutureVersionError,
@@ -52,6 +53,7 @@ class Snapshot:
     message_count: int
     last_task_id: str | None = None
     deadline_at: float | None = None
+    stored: bool = True  # False: not in the database yet (its first commit inserts it)
 
     def to_cache(self) -> Document:
         """The cache payload (everything but the revision, which the entry carries)."""
@@ -114,6 +116,10 @@ class InboxItem:
     text: str
     state: str
     created_at: datetime
+    # Whether the session was resting when the message arrived. A message that arrives
+    # mid-turn needs no kick: the commit that ends the turn locks the same row after
+    # this one committed, so its check of the inbox is certain to see the message.
+    needs_kick: bool = True
 
 
 def _insert_for(conn: Connection) -> Any:
@@ -135,7 +141,7 @@ class SessionStore:
         self.cache = cache
         self._autocommit: Engine | None = None
         if engine.dialect.name == "postgresql":
-            self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+            self._autocommit = autocommit_engine(engine)
 
     # -- reading ---------------------------------------------------------------
 
@@ -288,7 +294,7 @@ class SessionStore:
         version = snapshot.version + 1
         change.doc["phase"] = change.phase
         change.doc["status"] = change.status
-        if self._autocommit is not None and snapshot.version > 0 and not change.ops:
+        if self._autocommit is not None and snapshot.stored and not change.ops:
             queued = self._commit_in_one_statement(snapshot, change, before_commit)
         else:
             queued = self._commit_in_steps(snapshot, change, before_commit)
@@ -311,7 +317,7 @@ class SessionStore:
         # The general path (SQLite, new sessions, phases with extra writes): the lock is
         # checked last, inside the transaction, right before COMMIT.
         with self.engine.begin() as conn:
-            if snapshot.version == 0:
+            if not snapshot.stored:
                 _insert_session(conn, snapshot.session_id, change.doc.get("user_id") or "")
             self._guarded_update(conn, snapshot, change, snapshot.version + 1)
             _insert_messages(conn, snapshot.session_id, snapshot.message_count, change.new_messages)
@@ -387,11 +393,11 @@ class SessionStore:
             _insert_session(conn, session_id, user_id)
             # Taking the row lock here orders inbox sequence numbers by commit, so a
             # turn never starts a later message while an earlier one is uncommitted.
-            owner, seq = conn.execute(
+            owner, seq, phase = conn.execute(
                 update(sessions)
                 .where(sessions.c.session_id == session_id)
                 .values(inbox_seq=sessions.c.inbox_seq + 1)
-                .returning(sessions.c.user_id, sessions.c.inbox_seq)
+                .returning(sessions.c.user_id, sessions.c.inbox_seq, sessions.c.phase)
             ).one()
             if owner != user_id:
                 raise SessionOwnershipError(
@@ -407,7 +413,9 @@ class SessionStore:
                     created_at=now,
                 )
             )
-        return InboxItem(message_id, session_id, int(seq), text, "queued", now)
+        return InboxItem(
+            message_id, session_id, int(seq), text, "queued", now, phase in RESTING
+        )
 
     def next_queued(self, session_id: str) -> InboxItem | None:
         """The oldest message of the session that has not started its turn."""

@@ -223,7 +223,7 @@ class TurnEngine:
             draft = self._draft(phase, snap, task_id)
             if draft is None:
                 break
-            still_held = partial(self.sync.still_held, handle)
+            still_held = partial(self.sync.surely_held, handle)
             result = self.sessions.commit(snap, draft.change(), still_held)
             snap = result.snapshot
             outcome.phases.append(phase)

@@ -96,7 +96,9 @@ class WorkflowEngine:
             self.follow(left.completion)
 
     def _call(self, fn: ActionFn, claimed: ClaimedStep, lease_s: float) -> Document:
-        deps = self.store.dependency_outputs(claimed.workflow_id, claimed.dependencies)
+        deps = claimed.dep_outputs
+        if deps is None:
+            deps = self.store.dependency_outputs(claimed.workflow_id, claimed.dependencies)
         context = self.store.context(claimed.workflow_id)
         key = f"{claimed.workflow_id}/{claimed.step_id}@{claimed.version}"
         _heartbeats.register(key, lease_s / 3, lambda: self.store.heartbeat(claimed, lease_s))

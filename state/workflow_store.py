@@ -10,13 +10,14 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, insert, or_, select, update
 
-from state import codec
+from state import codec, pg_steps
+from state.db import autocommit_engine
 from state.errors import StaleStateError
 from state.session import utcnow
 from state.tables import steps, workflows
@@ -56,6 +57,8 @@ class ClaimedStep:
     retry_count: int
     max_retries: int
     task_id: str | None = None
+    dep_outputs: Document | None = None  # read with the claim when the backend can
+    dependents: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,9 @@ class WorkflowStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._contexts: OrderedDict[str, Document] = OrderedDict()
+        self._autocommit = (
+            autocommit_engine(engine) if engine.dialect.name == "postgresql" else None
+        )
 
     # -- creating --------------------------------------------------------------
 
@@ -135,6 +141,21 @@ class WorkflowStore:
         task_id: str | None = None,
     ) -> ClaimedStep | None:
         """Mark the step running if it is still at ``version``; None if not (duplicate)."""
+        if self._autocommit is not None:
+            found = pg_steps.claim(
+                self._autocommit,
+                workflow_id=workflow_id,
+                step_id=step_id,
+                version=version,
+                lease_s=lease_s,
+                task_id=task_id,
+            )
+            if found is None:
+                return None
+            claimed = _claimed(workflow_id, step_id, version + 1, found[0])
+            return replace(
+                claimed, dep_outputs=found[1], dependents=codec.loads(found[0].dependents)
+            )
         with self.engine.begin() as conn:
             row = conn.execute(
                 update(steps)
@@ -241,6 +262,25 @@ class WorkflowStore:
 
     def succeed(self, claimed: ClaimedStep, outputs: Document) -> Completion:
         """running -> success; dependents whose last dependency this was become ready."""
+        if self._autocommit is not None and claimed.dependents is not None:
+            applied, ready, row = pg_steps.succeed(
+                self._autocommit,
+                workflow_id=claimed.workflow_id,
+                step_id=claimed.step_id,
+                version=claimed.version,
+                outputs=outputs,
+                task_id=claimed.task_id,
+                dependents=claimed.dependents,
+            )
+            _require_one(int(applied), claimed)
+            finished = (
+                None
+                if row is None
+                else Finished(
+                    claimed.workflow_id, row["status"], row["session_id"], row["resume_version"]
+                )
+            )
+            return Completion(claimed.workflow_id, ready, finished)
         with self.engine.begin() as conn:
             dependents = self._finish_step(conn, claimed, SUCCESS, outputs=outputs)
             ready = self._release_dependents(conn, claimed.workflow_id, dependents)

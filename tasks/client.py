@@ -72,6 +72,8 @@ class AgentClient:
                 "(AGENTSTATE_MAX_MESSAGE_BYTES)"
             )
         item = self.sessions.accept_message(session_id, user_id, text)
+        if not item.needs_kick:
+            return item.message_id  # the running turn takes it from the inbox when it ends
         try:
             self.dispatcher.phase("understanding", session_id, None)
         except BrokerError as exc:
