@@ -120,6 +120,7 @@ class InboxItem:
     # mid-turn needs no kick: the commit that ends the turn locks the same row after
     # this one committed, so its check of the inbox is certain to see the message.
     needs_kick: bool = True
+    session_version: int | None = None  # the session's revision when the message arrived
 
 
 def _insert_for(conn: Connection) -> Any:
@@ -393,11 +394,13 @@ class SessionStore:
             _insert_session(conn, session_id, user_id)
             # Taking the row lock here orders inbox sequence numbers by commit, so a
             # turn never starts a later message while an earlier one is uncommitted.
-            owner, seq, phase = conn.execute(
+            owner, seq, phase, version = conn.execute(
                 update(sessions)
                 .where(sessions.c.session_id == session_id)
                 .values(inbox_seq=sessions.c.inbox_seq + 1)
-                .returning(sessions.c.user_id, sessions.c.inbox_seq, sessions.c.phase)
+                .returning(
+                    sessions.c.user_id, sessions.c.inbox_seq, sessions.c.phase, sessions.c.version
+                )
             ).one()
             if owner != user_id:
                 raise SessionOwnershipError(
@@ -414,7 +417,7 @@ class SessionStore:
                 )
             )
         return InboxItem(
-            message_id, session_id, int(seq), text, "queued", now, phase in RESTING
+            message_id, session_id, int(seq), text, "queued", now, phase in RESTING, int(version)
         )
 
     def next_queued(self, session_id: str) -> InboxItem | None:

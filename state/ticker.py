@@ -33,6 +33,7 @@ class Ticker:
         self._entries: dict[str, _Entry] = {}
         self._cond = threading.Condition()
         self._pid = 0
+        self._wake_at = 0.0  # when the thread next looks by itself (0: it is looking now)
 
     def register(self, key: str, period_s: float, callback: Callable[[], bool]) -> None:
         """Call ``callback`` every ``period_s`` (first call after one period)."""
@@ -41,8 +42,10 @@ class Ticker:
                 self._pid = os.getpid()
                 self._entries.clear()
                 threading.Thread(target=self._run, name=self.name, daemon=True).start()
-            self._entries[key] = _Entry(period_s, callback, time.monotonic() + period_s)
-            self._cond.notify()
+            entry = _Entry(period_s, callback, time.monotonic() + period_s)
+            self._entries[key] = entry
+            if entry.due < self._wake_at:  # only wake the thread if it would sleep past this
+                self._cond.notify()
 
     def unregister(self, key: str) -> None:
         """Stop calling the callback registered under ``key``."""
@@ -55,10 +58,11 @@ class Ticker:
                 now = time.monotonic()
                 due = [(k, e) for k, e in self._entries.items() if e.due <= now]
                 if not due:
-                    nearest = min(
+                    self._wake_at = min(
                         (e.due for e in self._entries.values()), default=now + _IDLE_WAIT_S
                     )
-                    self._cond.wait(timeout=nearest - now)
+                    self._cond.wait(timeout=self._wake_at - now)
+                    self._wake_at = 0.0
                     continue
                 for _, entry in due:
                     entry.due = now + entry.period_s

@@ -180,27 +180,21 @@ class TurnEngine:
         """Run ``phase`` (and, under the inline policy, the quick phases after it)."""
         try:
             handle, entry = self.sync.acquire(
-                session_id, read_cache=True, timeout_s=self._lock_wait_s(expected_version)
+                session_id, read_cache=True, timeout_s=self._lock_wait_s(phase)
             )
         except StateLockAcquisitionError:
-            if expected_version is None and self._mid_turn(session_id):
+            if phase == "understanding" and self._mid_turn(session_id):
                 # The running turn takes the next message from the inbox when it ends.
                 return PhaseOutcome(session_id, "busy")
             raise
         published = False
         try:
-            snap = self._load(session_id, expected_version, entry)
-            if snap is None:
-                return PhaseOutcome(session_id, "unknown-session")
-            if not self._due(phase, snap, expected_version):
-                if task_id is not None and snap.last_task_id == task_id:
-                    self.resume(snap)  # our commit landed but its follow-ups may not have
-                return PhaseOutcome(session_id, "duplicate", version=snap.version)
-            if not self.agent.is_quick(phase):
-                self.sync.keep_renewed(handle)
-            outcome = PhaseOutcome(session_id, "nothing-to-do", version=snap.version)
             followups = Followups()
-            snap = self._run_phases(phase, snap, handle, task_id, (followups, outcome))
+            outcome, snap = self._run_locked(
+                phase, session_id, expected_version, task_id, (handle, entry, followups)
+            )
+            if snap is None:
+                return outcome
             self.sync.publish_and_release(handle, snap)
             published = True
             self._send(snap.session_id, followups)
@@ -209,6 +203,35 @@ class TurnEngine:
         finally:
             if not published:
                 self.sync.release(handle)
+
+    def _run_locked(
+        self,
+        phase: str,
+        session_id: str,
+        expected: int | None,
+        task_id: str | None,
+        held: tuple[LockHandle, tuple[int, Document] | None, Followups],
+    ) -> tuple[PhaseOutcome, Snapshot | None]:
+        handle, entry, followups = held
+        for cached_entry in (entry, None):
+            snap, from_cache = self._load(session_id, expected, cached_entry)
+            if snap is None:
+                return PhaseOutcome(session_id, "unknown-session"), None
+            if not self._due(phase, snap, expected):
+                if task_id is not None and snap.last_task_id == task_id:
+                    self.resume(snap)  # our commit landed but its follow-ups may not have
+                return PhaseOutcome(session_id, "duplicate", version=snap.version), None
+            if not self.agent.is_quick(phase):
+                self.sync.keep_renewed(handle)
+            outcome = PhaseOutcome(session_id, "nothing-to-do", version=snap.version)
+            try:
+                return outcome, self._run_phases(phase, snap, handle, task_id, (followups, outcome))
+            except StaleStateError:
+                if not from_cache or outcome.phases:
+                    raise
+                # The cached copy was behind: its writer died between commit and cache
+                # write. Nothing was applied; look at the database and try once more.
+        raise AssertionError("unreachable")
 
     def _run_phases(
         self,
@@ -235,10 +258,10 @@ class TurnEngine:
                 phase = None
         return snap
 
-    def _lock_wait_s(self, expected_version: int | None) -> float:
-        # A kick only needs to know the session is busy; a versioned phase waits a while
-        # for a quick holder, then the task retries later instead of blocking a worker.
-        limit = KICK_LOCK_WAIT_S if expected_version is None else PHASE_LOCK_WAIT_S
+    def _lock_wait_s(self, phase: str) -> float:
+        # A kick only needs to know the session is busy; a phase waits a while for a
+        # quick holder, then the task retries later instead of blocking a worker.
+        limit = KICK_LOCK_WAIT_S if phase == "understanding" else PHASE_LOCK_WAIT_S
         return min(limit, self.settings.lock_timeout)
 
     def _mid_turn(self, session_id: str) -> bool:
@@ -247,19 +270,20 @@ class TurnEngine:
 
     def _load(
         self, session_id: str, expected: int | None, entry: tuple[int, Document] | None
-    ) -> Snapshot | None:
+    ) -> tuple[Snapshot | None, bool]:
+        """The snapshot to work on, and whether it came from the cache."""
         if entry is not None and expected is not None and entry[0] == expected:
             cached = self.sessions.cached_from_entry(session_id, entry)
             if cached is not None:
-                return cached
-        return self.sessions.load_from_database(session_id)
+                return cached, True
+        return self.sessions.load_from_database(session_id), False
 
     def _due(self, phase: str, snap: Snapshot, expected: int | None) -> bool:
-        if expected is not None and snap.version != expected:
-            return False
         if phase == "understanding":
+            # Starting a turn is due whenever the session rests (a queued message is
+            # checked next); the version a kick carries only picks the cached copy.
             return snap.phase in RESTING_STATES
-        return snap.phase == phase
+        return snap.phase == phase and (expected is None or snap.version == expected)
 
     def _inline(self, phase: str) -> bool:
         return self.settings.hop_policy == HopPolicy.INLINE and self.agent.is_quick(phase)
