@@ -19,6 +19,13 @@ import redis
 from state import keys
 from state.session import utcnow
 from state.session_store import Snapshot
+from state.sweep_queries import (
+    note_session_recovery,
+    note_step_recovery,
+    sessions_waiting_in_inbox,
+    stuck_sessions,
+    stuck_steps,
+)
 from state.turns import ERROR_REPLY, TurnEngine
 from state.workflow_engine import WorkflowEngine
 from state.workflow_store import RUNNING
@@ -71,7 +78,7 @@ class RecoverySweep:
         return report
 
     def _sessions(self, cutoff: Any, report: SweepReport) -> None:
-        for session_id in self.turns.sessions.stuck(cutoff, BATCH):
+        for session_id in stuck_sessions(self.turns.sessions.engine, cutoff, BATCH):
             snap = self.turns.sessions.load_from_database(session_id)
             if snap is None or snap.phase in ("idle", "clarifying"):
                 continue
@@ -84,7 +91,7 @@ class RecoverySweep:
             self._recover_session(snap, report)
 
     def _recover_session(self, snap: Snapshot, report: SweepReport) -> None:
-        count = self.turns.sessions.note_recovery(snap)
+        count = note_session_recovery(self.turns.sessions.engine, snap)
         if count is None:
             return  # it moved on meanwhile
         if count > self.settings.max_recoveries:
@@ -98,14 +105,14 @@ class RecoverySweep:
             report.sessions_resumed += 1
 
     def _inboxes(self, cutoff: Any, report: SweepReport) -> None:
-        for session_id in self.turns.sessions.waiting_inbox(cutoff, BATCH):
+        for session_id in sessions_waiting_in_inbox(self.turns.sessions.engine, cutoff, BATCH):
             snap = self.turns.sessions.load_from_database(session_id)
             if snap is None or snap.phase not in ("idle", "clarifying"):
                 continue  # mid-turn: the turn picks the message up when it ends
             if self.turns.sync.current_holder(session_id) is not None:
                 report.skipped_busy += 1
                 continue
-            count = self.turns.sessions.note_recovery(snap)
+            count = note_session_recovery(self.turns.sessions.engine, snap)
             if count is not None and count > self.settings.max_recoveries:
                 self.turns.reject_next_message(snap, f"gave up after {count - 1} attempts")
                 report.sessions_poisoned += 1
@@ -114,11 +121,12 @@ class RecoverySweep:
             report.turns_started += 1
 
     def _steps(self, cutoff: Any, report: SweepReport) -> None:
-        for workflow_id, step_id, version, status in self.workflows.store.stuck(cutoff, BATCH):
+        engine = self.workflows.store.engine
+        for workflow_id, step_id, version, status in stuck_steps(engine, cutoff, BATCH):
             # Only a running step whose lease expired is evidence of a lost worker; ready
             # steps may just be waiting in a long queue and are re-sent without counting.
-            count = self.workflows.store.note_recovery(
-                workflow_id, step_id, version, count=status == RUNNING
+            count = note_step_recovery(
+                engine, workflow_id, step_id, version, count=status == RUNNING
             )
             if count is None:
                 continue

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection, Engine, func, insert, select, update
@@ -31,96 +30,33 @@ from state.machine import RESTING_STATES as RESTING
 from state.migrate import StateMigrator, stamp
 from state.quarantine import quarantine
 from state.session import SessionState, SessionStatus, utcnow
+from state.snapshot import (
+    CommitResult,
+    Document,
+    InboxItem,
+    SessionChange,
+    Snapshot,
+    TransactionOp,
+)
 from state.tables import inbox, messages, sessions
+
+# The value types live in state.snapshot; they are re-exported here for existing importers.
+__all__ = [
+    "CommitResult",
+    "Document",
+    "InboxItem",
+    "SessionChange",
+    "SessionStore",
+    "Snapshot",
+    "TransactionOp",
+    "full_document",
+    "has_queued",
+    "new_document",
+]
 
 logger = logging.getLogger(__name__)
 
-Document = dict[str, Any]
-TransactionOp = Callable[[Connection], None]
 _migrator = StateMigrator()
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """A session row as read at one revision (``version``)."""
-
-    session_id: str
-    user_id: str
-    phase: str
-    status: str
-    version: int
-    doc: Document
-    message_count: int
-    last_task_id: str | None = None
-    deadline_at: float | None = None
-    stored: bool = True  # False: not in the database yet (its first commit inserts it)
-
-    def to_cache(self) -> Document:
-        """The cache payload (everything but the revision, which the entry carries)."""
-        return {
-            "user_id": self.user_id,
-            "phase": self.phase,
-            "status": self.status,
-            "doc": self.doc,
-            "message_count": self.message_count,
-            "last_task_id": self.last_task_id,
-            "deadline_at": self.deadline_at,
-        }
-
-    @classmethod
-    def from_cache(cls, session_id: str, revision: int, payload: Document) -> Snapshot:
-        """Rebuild from a cache payload (KeyError/TypeError if it is not one)."""
-        return cls(
-            session_id=session_id,
-            user_id=str(payload["user_id"]),
-            phase=str(payload["phase"]),
-            status=str(payload["status"]),
-            version=revision,
-            doc=dict(payload["doc"]),
-            message_count=int(payload["message_count"]),
-            last_task_id=payload.get("last_task_id"),
-            deadline_at=payload.get("deadline_at"),
-        )
-
-
-@dataclass
-class SessionChange:
-    """Everything one guarded commit writes, in one transaction."""
-
-    phase: str
-    status: str
-    doc: Document
-    new_messages: list[Document] = field(default_factory=list)
-    task_id: str | None = None
-    deadline_at: float | None = None
-    inbox_state: dict[str, str] = field(default_factory=dict)
-    ops: list[TransactionOp] = field(default_factory=list)
-    check_inbox: bool = False
-
-
-@dataclass(frozen=True)
-class CommitResult:
-    """The snapshot after a commit, and whether messages are waiting in the inbox."""
-
-    snapshot: Snapshot
-    queued: bool
-
-
-@dataclass(frozen=True)
-class InboxItem:
-    """A user message accepted for a session."""
-
-    message_id: str
-    session_id: str
-    seq: int
-    text: str
-    state: str
-    created_at: datetime
-    # Whether the session was resting when the message arrived. A message that arrives
-    # mid-turn needs no kick: the commit that ends the turn locks the same row after
-    # this one committed, so its check of the inbox is certain to see the message.
-    needs_kick: bool = True
-    session_version: int | None = None  # the session's revision when the message arrived
 
 
 def _insert_for(conn: Connection) -> Any:
@@ -445,72 +381,6 @@ class SessionStore:
                     .where(inbox.c.session_id == session_id, inbox.c.state == "queued")
                 ).scalar_one()
             )
-
-    # -- recovery --------------------------------------------------------------
-
-    def stuck(self, cutoff: datetime, limit: int) -> list[str]:
-        """Sessions mid-turn that made no progress since ``cutoff``."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(sessions.c.session_id)
-                .where(
-                    sessions.c.phase.not_in(tuple(RESTING)),
-                    sessions.c.updated_at < cutoff,
-                )
-                .order_by(sessions.c.updated_at)
-                .limit(limit)
-            )
-            return [r[0] for r in rows]
-
-    def waiting_inbox(self, cutoff: datetime, limit: int) -> list[str]:
-        """Sessions with a message queued since before ``cutoff`` (its kick may be lost)."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(inbox.c.session_id)
-                .where(inbox.c.state == "queued", inbox.c.created_at < cutoff)
-                .group_by(inbox.c.session_id)
-                .limit(limit)
-            )
-            return [r[0] for r in rows]
-
-    def note_recovery(self, snapshot: Snapshot) -> int | None:
-        """Count one recovery of the session at its version; None if it moved on."""
-        with self.engine.begin() as conn:
-            row = conn.execute(
-                update(sessions)
-                .where(
-                    sessions.c.session_id == snapshot.session_id,
-                    sessions.c.version == snapshot.version,
-                )
-                .values(recoveries=sessions.c.recoveries + 1, updated_at=utcnow())
-                .returning(sessions.c.recoveries)
-            ).first()
-        return None if row is None else int(row[0])
-
-    def expire_idle(self, cutoff: datetime) -> int:
-        """Mark sessions resting since before ``cutoff`` as timed out; return how many."""
-        with self.engine.begin() as conn:
-            result = conn.execute(
-                update(sessions)
-                .where(
-                    sessions.c.phase.in_(tuple(RESTING)),
-                    sessions.c.status.in_(("active", "paused")),
-                    sessions.c.updated_at < cutoff,
-                )
-                .values(status=SessionStatus.TIMEOUT.value, version=sessions.c.version + 1)
-            )
-        return int(result.rowcount)
-
-    def session_ids(self, after: str, limit: int) -> list[str]:
-        """Session ids in order, a page at a time (for ``agentstate migrate``)."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(sessions.c.session_id)
-                .where(sessions.c.session_id > after)
-                .order_by(sessions.c.session_id)
-                .limit(limit)
-            )
-            return [r[0] for r in rows]
 
 
 def _stale(snapshot: Snapshot) -> StaleStateError:

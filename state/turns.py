@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
 
@@ -23,12 +22,28 @@ from state.backend import Backend
 from state.dispatch import Dispatcher
 from state.errors import InvalidTransitionError, StaleStateError, StateLockAcquisitionError
 from state.lock import DistributedStateSync, LockHandle
-from state.machine import RESTING_STATES, WORK_PHASES, AgentStateMachine
-from state.session import SessionStatus, make_message, utcnow
-from state.session_store import InboxItem, SessionChange, SessionStore, Snapshot
+from state.machine import RESTING_STATES, WORK_PHASES
+from state.session import make_message, utcnow
+from state.session_store import InboxItem, SessionStore, Snapshot
 from state.store import PersistentStateManager
+from state.turn_draft import Draft, Followups, PhaseOutcome
 from state.workflow import parse_spec
 from state.workflow_store import WorkflowStore
+
+# The per-phase values live in state.turn_draft; they are re-exported here for importers.
+__all__ = [
+    "DEFAULT_REPLY",
+    "ERROR_REPLY",
+    "KICK_LOCK_WAIT_S",
+    "MAX_EXECUTION_ATTEMPTS",
+    "PHASE_LOCK_WAIT_S",
+    "TIMEOUT_REPLY",
+    "Document",
+    "Draft",
+    "Followups",
+    "PhaseOutcome",
+    "TurnEngine",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -40,116 +55,6 @@ ERROR_REPLY = "Sorry, something went wrong while I worked on that. Please try ag
 TIMEOUT_REPLY = "Sorry, that took too long and I had to stop. Please try again."
 DEFAULT_REPLY = "(the agent gave no reply)"
 _FINISHED_WORKFLOW = frozenset({"success", "failed"})
-
-
-@dataclass
-class PhaseOutcome:
-    """What one phase task did (it is the task's result, so Flower shows it)."""
-
-    session_id: str
-    status: str
-    phases: list[str] = field(default_factory=list)
-    version: int | None = None
-
-    def as_dict(self) -> Document:
-        """JSON-ready form."""
-        return asdict(self)
-
-
-@dataclass
-class Followups:
-    """Messages to enqueue once the commit is durable."""
-
-    phase: tuple[str, int] | None = None
-    deadline: float | None = None
-    steps: list[tuple[str, str, int]] = field(default_factory=list)
-    user_cache: list[tuple[str, int, Document]] = field(default_factory=list)
-
-
-class Draft:
-    """The change one phase makes, assembled before its guarded commit."""
-
-    def __init__(self, snap: Snapshot, task_id: str | None) -> None:
-        self.snap = snap
-        self.machine = AgentStateMachine(snap.session_id, snap.phase)
-        self.doc = dict(snap.doc)
-        self.context: Document = dict(self.doc.get("context_window") or {})
-        self.metadata: Document = dict(self.doc.get("metadata") or {})
-        self.messages: list[Document] = []
-        self.inbox: dict[str, str] = {}
-        self.ops: list[Callable[[Any], None]] = []
-        self.deadline = snap.deadline_at
-        self.task_id = task_id
-        self.turn_over = False
-        self.roots: list[tuple[str, str, int]] = []
-        self.user_writes: list[tuple[str, int, Document]] = []
-        self._base: tuple[Any, ...] | None = None
-
-    def checkpoint(self) -> None:
-        """Remember the draft as it is, before the handler's changes."""
-        self._base = (
-            self.machine.state,
-            dict(self.doc),
-            dict(self.context),
-            dict(self.metadata),
-            list(self.messages),
-            dict(self.inbox),
-        )
-
-    def rollback(self) -> None:
-        """Forget the handler's changes (they must not leak into an error commit)."""
-        if self._base is None:
-            self.checkpoint()
-        assert self._base is not None
-        state, doc, context, metadata, messages, inbox = self._base
-        self.machine.state = state
-        self.doc, self.context, self.metadata = dict(doc), dict(context), dict(metadata)
-        self.messages, self.inbox = list(messages), dict(inbox)
-        self.ops, self.roots, self.user_writes = [], [], []
-        self.deadline = self.snap.deadline_at
-
-    @property
-    def phase(self) -> str:
-        """The FSM state after the triggers fired so far."""
-        return self.machine.state
-
-    def fire(self, trigger: str) -> None:
-        """Fire a trigger; the turn's path records where it went."""
-        self.machine.trigger(trigger)
-        turn = dict(self.metadata.get("turn") or {})
-        turn["path"] = [*turn.get("path", []), self.machine.state]
-        self.metadata["turn"] = turn
-
-    def reply(self, text: str, **metadata: Any) -> None:
-        """Answer the turn's message and end the turn."""
-        message_id = self.context.get("message_id")
-        self.messages.append(make_message("assistant", text, {"reply_to": message_id, **metadata}))
-        if message_id:
-            self.inbox[message_id] = "answered"
-        self.turn_over = True
-
-    def status(self) -> str:
-        """SessionStatus for the new phase: paused while waiting for a clarification."""
-        if self.phase == "clarifying":
-            return SessionStatus.PAUSED.value
-        return SessionStatus.ACTIVE.value
-
-    def change(self) -> SessionChange:
-        """The SessionChange to commit."""
-        self.doc["context_window"] = self.context
-        self.doc["metadata"] = self.metadata
-        self.doc["updated_at"] = utcnow().isoformat()
-        return SessionChange(
-            phase=self.phase,
-            status=self.status(),
-            doc=self.doc,
-            new_messages=self.messages,
-            task_id=self.task_id,
-            deadline_at=self.deadline,
-            inbox_state=self.inbox,
-            ops=self.ops,
-            check_inbox=self.turn_over,
-        )
 
 
 class TurnEngine:

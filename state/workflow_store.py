@@ -10,21 +10,47 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
-from datetime import datetime
+from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, insert, or_, select, update
+from sqlalchemy import Connection, Engine, insert, select, update
 
 from state import codec, pg_steps
 from state.db import autocommit_engine
 from state.errors import StaleStateError
 from state.session import utcnow
+from state.step_records import (
+    ClaimedStep,
+    Completion,
+    Dispatch,
+    Finished,
+    Leftover,
+    claimed_from_row,
+    step_document,
+    step_row,
+)
 from state.tables import steps, workflows
 from state.workflow import WorkflowState, WorkflowStepStatus
 
+# The value types live in state.step_records; they are re-exported here for existing importers.
+__all__ = [
+    "FAILED",
+    "PENDING",
+    "RETRYING",
+    "RUNNING",
+    "SKIPPED",
+    "SUCCESS",
+    "ClaimedStep",
+    "Completion",
+    "Dispatch",
+    "Document",
+    "Finished",
+    "Leftover",
+    "WorkflowStore",
+    "step_at",
+]
+
 Document = dict[str, Any]
-Dispatch = tuple[str, int]  # (step_id, version) of a step to run
 
 PENDING = WorkflowStepStatus.PENDING.value
 RUNNING = WorkflowStepStatus.RUNNING.value
@@ -42,51 +68,6 @@ _CLAIM_COLUMNS = (
 )
 _CONTEXT_CACHE_SIZE = 256
 _INSERT_BATCH = 1000
-
-
-@dataclass(frozen=True)
-class ClaimedStep:
-    """A step this worker now runs, at ``version`` (its claim)."""
-
-    workflow_id: str
-    step_id: str
-    version: int
-    action: str
-    inputs: Document
-    dependencies: list[str]
-    retry_count: int
-    max_retries: int
-    task_id: str | None = None
-    dep_outputs: Document | None = None  # read with the claim when the backend can
-    dependents: list[str] | None = None
-
-
-@dataclass(frozen=True)
-class Leftover:
-    """Follow-ups of a delivery whose commit landed but whose acknowledgement was lost."""
-
-    claimed: ClaimedStep | None = None
-    retry_version: int | None = None
-    completion: Completion | None = None
-
-
-@dataclass(frozen=True)
-class Finished:
-    """A workflow that just became finished, and the session waiting for it."""
-
-    workflow_id: str
-    status: str
-    session_id: str | None
-    resume_version: int | None
-
-
-@dataclass(frozen=True)
-class Completion:
-    """What a step's final status change set in motion."""
-
-    workflow_id: str
-    ready: list[Dispatch]
-    finished: Finished | None
 
 
 class WorkflowStore:
@@ -125,7 +106,7 @@ class WorkflowStore:
                 updated_at=now,
             )
         )
-        rows = [_step_row(wf.workflow_id, step, now) for step in wf.steps.values()]
+        rows = [step_row(wf.workflow_id, step, now) for step in wf.steps.values()]
         for start in range(0, len(rows), _INSERT_BATCH):
             conn.execute(insert(steps), rows[start : start + _INSERT_BATCH])
         return [(step.step_id, 0) for step in wf.get_ready_steps()]
@@ -152,7 +133,7 @@ class WorkflowStore:
             )
             if found is None:
                 return None
-            claimed = _claimed(workflow_id, step_id, version + 1, found[0])
+            claimed = claimed_from_row(workflow_id, step_id, version + 1, found[0])
             return replace(
                 claimed, dep_outputs=found[1], dependents=codec.loads(found[0].dependents)
             )
@@ -160,7 +141,7 @@ class WorkflowStore:
             row = conn.execute(
                 update(steps)
                 .where(
-                    *_step_at(workflow_id, step_id, version),
+                    *step_at(workflow_id, step_id, version),
                     steps.c.status.in_(_CLAIMABLE),
                     steps.c.remaining_deps == 0,
                 )
@@ -174,7 +155,7 @@ class WorkflowStore:
                 )
                 .returning(*_CLAIM_COLUMNS)
             ).first()
-        return None if row is None else _claimed(workflow_id, step_id, version + 1, row)
+        return None if row is None else claimed_from_row(workflow_id, step_id, version + 1, row)
 
     def leftover(self, workflow_id: str, step_id: str, task_id: str) -> Leftover | None:
         """What an earlier delivery of ``task_id`` committed but may not have followed up
@@ -192,7 +173,9 @@ class WorkflowStore:
             if row is None or row.last_task_id != task_id:
                 return None
             if row.status == RUNNING:
-                return Leftover(claimed=_claimed(workflow_id, step_id, int(row.version), row))
+                return Leftover(
+                    claimed=claimed_from_row(workflow_id, step_id, int(row.version), row)
+                )
             if row.status == RETRYING:
                 return Leftover(retry_version=int(row.version))
             ready = self._ready_among(conn, workflow_id, codec.loads(row.dependents))
@@ -430,38 +413,6 @@ class WorkflowStore:
 
     # -- recovery --------------------------------------------------------------
 
-    def stuck(self, cutoff: datetime, limit: int) -> list[tuple[str, str, int, str]]:
-        """Steps with no live task: expired leases, and ready or retrying steps left
-        untouched since ``cutoff``. Rows are (workflow_id, step_id, version, status)."""
-        expired_lease = and_(steps.c.status == RUNNING, steps.c.lease_expires_at < time.time())
-        forgotten = and_(
-            steps.c.updated_at < cutoff,
-            or_(
-                and_(steps.c.status == PENDING, steps.c.remaining_deps == 0),
-                steps.c.status == RETRYING,
-            ),
-        )
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(steps.c.workflow_id, steps.c.step_id, steps.c.version, steps.c.status)
-                .where(or_(expired_lease, forgotten))
-                .limit(limit)
-            )
-            return [(r[0], r[1], int(r[2]), r[3]) for r in rows]
-
-    def note_recovery(
-        self, workflow_id: str, step_id: str, version: int, *, count: bool = True
-    ) -> int | None:
-        """Count (if ``count``) one recovery of a step at its version; None if it moved on."""
-        with self.engine.begin() as conn:
-            row = conn.execute(
-                update(steps)
-                .where(*_step_at(workflow_id, step_id, version))
-                .values(recoveries=steps.c.recoveries + int(count), updated_at=utcnow())
-                .returning(steps.c.recoveries)
-            ).first()
-        return None if row is None else int(row[0])
-
     def abandon(self, workflow_id: str, step_id: str, version: int, reason: str) -> Completion:
         """Fail a step that keeps losing its worker (a poison step)."""
         with self.engine.connect() as conn:
@@ -506,24 +457,12 @@ class WorkflowStore:
             "failed_steps": wf.failed_steps,
             "created_at": wf.created_at.isoformat(),
             "finished_at": wf.finished_at.isoformat() if wf.finished_at else None,
-            "steps": {row.step_id: _step_document(row) for row in rows},
+            "steps": {row.step_id: step_document(row) for row in rows},
         }
 
 
-def _claimed(workflow_id: str, step_id: str, version: int, row: Any) -> ClaimedStep:
-    return ClaimedStep(
-        workflow_id=workflow_id,
-        step_id=step_id,
-        version=version,
-        action=row.action,
-        inputs=codec.loads(row.inputs),
-        dependencies=codec.loads(row.dependencies),
-        retry_count=int(row.retry_count),
-        max_retries=int(row.max_retries),
-    )
-
-
-def _step_at(workflow_id: str, step_id: str, version: int) -> tuple[Any, ...]:
+def step_at(workflow_id: str, step_id: str, version: int) -> tuple[Any, ...]:
+    """The WHERE conditions that match a step at ``version``."""
     return (
         steps.c.workflow_id == workflow_id,
         steps.c.step_id == step_id,
@@ -533,7 +472,7 @@ def _step_at(workflow_id: str, step_id: str, version: int) -> tuple[Any, ...]:
 
 def _claim_guard(claimed: ClaimedStep) -> Iterable[Any]:
     return (
-        *_step_at(claimed.workflow_id, claimed.step_id, claimed.version),
+        *step_at(claimed.workflow_id, claimed.step_id, claimed.version),
         steps.c.status == RUNNING,
     )
 
@@ -544,40 +483,3 @@ def _require_one(rowcount: int, claimed: ClaimedStep) -> None:
             f"step {claimed.workflow_id}/{claimed.step_id} was taken over "
             f"(no longer at version {claimed.version})"
         )
-
-
-def _step_row(workflow_id: str, step: Any, now: Any) -> Document:
-    return {
-        "workflow_id": workflow_id,
-        "step_id": step.step_id,
-        "step_name": step.step_name,
-        "action": step.action,
-        "status": PENDING,
-        "inputs": codec.dumps(step.inputs),
-        "outputs": "{}",
-        "dependencies": codec.dumps(step.dependencies),
-        "dependents": codec.dumps(step.dependents),
-        "remaining_deps": step.remaining_deps,
-        "retry_count": 0,
-        "max_retries": step.max_retries,
-        "version": 0,
-        "recoveries": 0,
-        "updated_at": now,
-    }
-
-
-def _step_document(row: Any) -> Document:
-    return {
-        "step_id": row.step_id,
-        "step_name": row.step_name,
-        "action": row.action,
-        "status": row.status,
-        "inputs": codec.loads(row.inputs),
-        "outputs": codec.loads(row.outputs),
-        "dependencies": codec.loads(row.dependencies),
-        "retry_count": row.retry_count,
-        "max_retries": row.max_retries,
-        "error": row.error,
-        "started_at": row.started_at.isoformat() if row.started_at else None,
-        "completed_at": row.completed_at.isoformat() if row.completed_at else None,
-    }

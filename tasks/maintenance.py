@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from state.session import utcnow
+from state.sweep_queries import expire_idle_sessions
 from tasks.app import app
 from tasks.options import TASK_OPTIONS, with_retries
 from tasks.runtime import runtime
@@ -26,4 +27,4 @@ def expire_idle(self: Any) -> dict[str, int]:
     """Mark sessions idle past AGENTSTATE_SESSION_TTL as timed out."""
     rt = runtime()
     cutoff = utcnow() - timedelta(seconds=rt.backend.settings.session_ttl)
-    return {"expired": with_retries(self, lambda: rt.turns.sessions.expire_idle(cutoff))}
+    return {"expired": with_retries(self, lambda: expire_idle_sessions(rt.backend.engine, cutoff))}

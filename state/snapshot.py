@@ -1,0 +1,99 @@
+"""The values SessionStore reads and writes: a session snapshot, a change, an inbox item.
+
+Split out of state.session_store (which re-exports them) to keep that module a readable size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection
+
+Document = dict[str, Any]
+TransactionOp = Callable[[Connection], None]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A session row as read at one revision (``version``)."""
+
+    session_id: str
+    user_id: str
+    phase: str
+    status: str
+    version: int
+    doc: Document
+    message_count: int
+    last_task_id: str | None = None
+    deadline_at: float | None = None
+    stored: bool = True  # False: not in the database yet (its first commit inserts it)
+
+    def to_cache(self) -> Document:
+        """The cache payload (everything but the revision, which the entry carries)."""
+        return {
+            "user_id": self.user_id,
+            "phase": self.phase,
+            "status": self.status,
+            "doc": self.doc,
+            "message_count": self.message_count,
+            "last_task_id": self.last_task_id,
+            "deadline_at": self.deadline_at,
+        }
+
+    @classmethod
+    def from_cache(cls, session_id: str, revision: int, payload: Document) -> Snapshot:
+        """Rebuild from a cache payload (KeyError/TypeError if it is not one)."""
+        return cls(
+            session_id=session_id,
+            user_id=str(payload["user_id"]),
+            phase=str(payload["phase"]),
+            status=str(payload["status"]),
+            version=revision,
+            doc=dict(payload["doc"]),
+            message_count=int(payload["message_count"]),
+            last_task_id=payload.get("last_task_id"),
+            deadline_at=payload.get("deadline_at"),
+        )
+
+
+@dataclass
+class SessionChange:
+    """Everything one guarded commit writes, in one transaction."""
+
+    phase: str
+    status: str
+    doc: Document
+    new_messages: list[Document] = field(default_factory=list)
+    task_id: str | None = None
+    deadline_at: float | None = None
+    inbox_state: dict[str, str] = field(default_factory=dict)
+    ops: list[TransactionOp] = field(default_factory=list)
+    check_inbox: bool = False
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """The snapshot after a commit, and whether messages are waiting in the inbox."""
+
+    snapshot: Snapshot
+    queued: bool
+
+
+@dataclass(frozen=True)
+class InboxItem:
+    """A user message accepted for a session."""
+
+    message_id: str
+    session_id: str
+    seq: int
+    text: str
+    state: str
+    created_at: datetime
+    # Whether the session was resting when the message arrived. A message that arrives
+    # mid-turn needs no kick: the commit that ends the turn locks the same row after
+    # this one committed, so its check of the inbox is certain to see the message.
+    needs_kick: bool = True
+    session_version: int | None = None  # the session's revision when the message arrived

@@ -1,0 +1,113 @@
+"""What WorkflowStore hands out (claims, completions) and how steps map to and from rows.
+
+Split out of state.workflow_store (which re-exports them) to keep that module a readable size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from state import codec
+from state.workflow import WorkflowStepStatus
+
+Document = dict[str, Any]
+Dispatch = tuple[str, int]  # (step_id, version) of a step to run
+
+
+@dataclass(frozen=True)
+class ClaimedStep:
+    """A step this worker now runs, at ``version`` (its claim)."""
+
+    workflow_id: str
+    step_id: str
+    version: int
+    action: str
+    inputs: Document
+    dependencies: list[str]
+    retry_count: int
+    max_retries: int
+    task_id: str | None = None
+    dep_outputs: Document | None = None  # read with the claim when the backend can
+    dependents: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """Follow-ups of a delivery whose commit landed but whose acknowledgement was lost."""
+
+    claimed: ClaimedStep | None = None
+    retry_version: int | None = None
+    completion: Completion | None = None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A workflow that just became finished, and the session waiting for it."""
+
+    workflow_id: str
+    status: str
+    session_id: str | None
+    resume_version: int | None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What a step's final status change set in motion."""
+
+    workflow_id: str
+    ready: list[Dispatch]
+    finished: Finished | None
+
+
+def claimed_from_row(workflow_id: str, step_id: str, version: int, row: Any) -> ClaimedStep:
+    """A ClaimedStep at ``version`` from a row holding the claim columns."""
+    return ClaimedStep(
+        workflow_id=workflow_id,
+        step_id=step_id,
+        version=version,
+        action=row.action,
+        inputs=codec.loads(row.inputs),
+        dependencies=codec.loads(row.dependencies),
+        retry_count=int(row.retry_count),
+        max_retries=int(row.max_retries),
+    )
+
+
+def step_row(workflow_id: str, step: Any, now: Any) -> Document:
+    """The ``steps`` row of a new, pending step."""
+    return {
+        "workflow_id": workflow_id,
+        "step_id": step.step_id,
+        "step_name": step.step_name,
+        "action": step.action,
+        "status": WorkflowStepStatus.PENDING.value,
+        "inputs": codec.dumps(step.inputs),
+        "outputs": "{}",
+        "dependencies": codec.dumps(step.dependencies),
+        "dependents": codec.dumps(step.dependents),
+        "remaining_deps": step.remaining_deps,
+        "retry_count": 0,
+        "max_retries": step.max_retries,
+        "version": 0,
+        "recoveries": 0,
+        "updated_at": now,
+    }
+
+
+def step_document(row: Any) -> Document:
+    """A step row as a JSON-ready dict."""
+    return {
+        "step_id": row.step_id,
+        "step_name": row.step_name,
+        "action": row.action,
+        "status": row.status,
+        "inputs": codec.loads(row.inputs),
+        "outputs": codec.loads(row.outputs),
+        "dependencies": codec.loads(row.dependencies),
+        "retry_count": row.retry_count,
+        "max_retries": row.max_retries,
+        "error": row.error,
+        "started_at": row.started_at.isoformat() if row.started_at else None,
+        "completed_at": row.completed_at.isoformat() if row.completed_at else None,
+    }

@@ -1,0 +1,114 @@
+"""The SQL of recovery and maintenance: finding stuck work, counting recoveries, expiry.
+
+Only the recovery sweep and the periodic tasks use it, so it lives outside the stores.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+from sqlalchemy import Engine, and_, or_, select, update
+
+from state.machine import RESTING_STATES as RESTING
+from state.session import SessionStatus, utcnow
+from state.snapshot import Snapshot
+from state.tables import inbox, sessions, steps
+from state.workflow_store import PENDING, RETRYING, RUNNING, step_at
+
+# -- sessions ------------------------------------------------------------------
+
+
+def stuck_sessions(engine: Engine, cutoff: datetime, limit: int) -> list[str]:
+    """Sessions mid-turn that made no progress since ``cutoff``."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(sessions.c.session_id)
+            .where(
+                sessions.c.phase.not_in(tuple(RESTING)),
+                sessions.c.updated_at < cutoff,
+            )
+            .order_by(sessions.c.updated_at)
+            .limit(limit)
+        )
+        return [r[0] for r in rows]
+
+
+def sessions_waiting_in_inbox(engine: Engine, cutoff: datetime, limit: int) -> list[str]:
+    """Sessions with a message queued since before ``cutoff`` (its kick may be lost)."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(inbox.c.session_id)
+            .where(inbox.c.state == "queued", inbox.c.created_at < cutoff)
+            .group_by(inbox.c.session_id)
+            .limit(limit)
+        )
+        return [r[0] for r in rows]
+
+
+def note_session_recovery(engine: Engine, snapshot: Snapshot) -> int | None:
+    """Count one recovery of the session at its version; None if it moved on."""
+    with engine.begin() as conn:
+        row = conn.execute(
+            update(sessions)
+            .where(
+                sessions.c.session_id == snapshot.session_id,
+                sessions.c.version == snapshot.version,
+            )
+            .values(recoveries=sessions.c.recoveries + 1, updated_at=utcnow())
+            .returning(sessions.c.recoveries)
+        ).first()
+    return None if row is None else int(row[0])
+
+
+def expire_idle_sessions(engine: Engine, cutoff: datetime) -> int:
+    """Mark sessions resting since before ``cutoff`` as timed out; return how many."""
+    with engine.begin() as conn:
+        result = conn.execute(
+            update(sessions)
+            .where(
+                sessions.c.phase.in_(tuple(RESTING)),
+                sessions.c.status.in_(("active", "paused")),
+                sessions.c.updated_at < cutoff,
+            )
+            .values(status=SessionStatus.TIMEOUT.value, version=sessions.c.version + 1)
+        )
+    return int(result.rowcount)
+
+
+# -- workflow steps ------------------------------------------------------------
+
+
+def stuck_steps(engine: Engine, cutoff: datetime, limit: int) -> list[tuple[str, str, int, str]]:
+    """(workflow_id, step_id, version, status) of steps with no live task."""
+    # No live task: a running step whose lease expired, or a ready or retrying step
+    # left untouched since ``cutoff``.
+    expired_lease = and_(steps.c.status == RUNNING, steps.c.lease_expires_at < time.time())
+    forgotten = and_(
+        steps.c.updated_at < cutoff,
+        or_(
+            and_(steps.c.status == PENDING, steps.c.remaining_deps == 0),
+            steps.c.status == RETRYING,
+        ),
+    )
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(steps.c.workflow_id, steps.c.step_id, steps.c.version, steps.c.status)
+            .where(or_(expired_lease, forgotten))
+            .limit(limit)
+        )
+        return [(r[0], r[1], int(r[2]), r[3]) for r in rows]
+
+
+def note_step_recovery(
+    engine: Engine, workflow_id: str, step_id: str, version: int, *, count: bool = True
+) -> int | None:
+    """Count (if ``count``) one recovery of a step at its version; None if it moved on."""
+    with engine.begin() as conn:
+        row = conn.execute(
+            update(steps)
+            .where(*step_at(workflow_id, step_id, version))
+            .values(recoveries=steps.c.recoveries + int(count), updated_at=utcnow())
+            .returning(steps.c.recoveries)
+        ).first()
+    return None if row is None else int(row[0])
