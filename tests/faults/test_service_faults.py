@@ -12,20 +12,29 @@ from pathlib import Path
 import pytest
 import redis
 
-from config import Settings
+from config import HopPolicy, Settings
 from state.db import get_engine, upgrade_schema
 from tasks.client import AgentClient
 from tests.actions_for_tests import effects_key
 from tests.faults.helpers import assert_answered_exactly_once, wait_all_idle
 from tests.services import Beat, CommitDropper, PrivatePostgres, PrivateRedis
-from tests.support import PG_URL, Workers, make_settings, uid
+from tests.support import BROKER_URL, PG_URL, REDIS_URL, Workers, make_settings, uid
 
 pytestmark = [pytest.mark.faults, pytest.mark.workers]
 
 
-def _settings(database_url: str, redis_url: str, broker_url: str) -> Settings:
+@pytest.fixture(params=[HopPolicy.EVERY_PHASE, HopPolicy.INLINE])
+def hop_policy(request: pytest.FixtureRequest) -> HopPolicy:
+    """Every fault test runs under both hop policies: the guarantees must not depend on it."""
+    return HopPolicy(request.param)
+
+
+def _settings(
+    database_url: str, redis_url: str, broker_url: str, hop_policy: HopPolicy
+) -> Settings:
     return make_settings(
         database_url,
+        hop_policy=hop_policy,
         redis_url=redis_url,
         broker_url=broker_url,
         queue=uid("q"),
@@ -64,9 +73,9 @@ def _send_waves(client: AgentClient, sessions: list[str], waves: int) -> dict[st
 
 
 def test_flushall_mid_run_then_restart_and_sweep(
-    pg_url: str, private_redis: PrivateRedis, tmp_path: Path
+    pg_url: str, private_redis: PrivateRedis, tmp_path: Path, hop_policy: HopPolicy
 ) -> None:
-    settings = _settings(pg_url, f"{private_redis.url}/0", f"{private_redis.url}/1")
+    settings = _settings(pg_url, f"{private_redis.url}/0", f"{private_redis.url}/1", hop_policy)
     pool = Workers(settings, tmp_path, count=2).start()
     beat = Beat(settings, tmp_path).start()
     try:
@@ -86,9 +95,9 @@ def test_flushall_mid_run_then_restart_and_sweep(
 
 
 def test_redis_down_then_back_work_continues(
-    pg_url: str, private_redis: PrivateRedis, tmp_path: Path
+    pg_url: str, private_redis: PrivateRedis, tmp_path: Path, hop_policy: HopPolicy
 ) -> None:
-    settings = _settings(pg_url, f"{private_redis.url}/0", f"{private_redis.url}/1")
+    settings = _settings(pg_url, f"{private_redis.url}/0", f"{private_redis.url}/1", hop_policy)
     pool = Workers(settings, tmp_path, count=2).start()
     beat = Beat(settings, tmp_path).start()
     try:
@@ -119,9 +128,11 @@ def _owner(client: AgentClient, session_id: str) -> str:
     return snap.user_id
 
 
-def test_postgres_restarted_mid_run(private_pg: PrivatePostgres, tmp_path: Path) -> None:
+def test_postgres_restarted_mid_run(
+    private_pg: PrivatePostgres, tmp_path: Path, hop_policy: HopPolicy
+) -> None:
     upgrade_schema(get_engine(private_pg.url))
-    settings = _settings(private_pg.url, "redis://127.0.0.1:6379/13", "redis://127.0.0.1:6379/14")
+    settings = _settings(private_pg.url, REDIS_URL, BROKER_URL, hop_policy)
     pool = Workers(settings, tmp_path, count=2).start()
     beat = Beat(settings, tmp_path).start()
     try:
@@ -139,13 +150,13 @@ def test_postgres_restarted_mid_run(private_pg: PrivatePostgres, tmp_path: Path)
 
 
 def test_lost_commit_acknowledgements_never_apply_a_change_twice(
-    pg_url: str, tmp_path: Path
+    pg_url: str, tmp_path: Path, hop_policy: HopPolicy
 ) -> None:
     port = int(PG_URL.rsplit(":", 1)[1].split("/")[0])
     dropper = CommitDropper(port, probability=0.15)
     proxied = pg_url.replace(f":{port}/", f":{dropper.port}/")
-    settings = _settings(proxied, "redis://127.0.0.1:6379/13", "redis://127.0.0.1:6379/14")
-    direct = _settings(pg_url, settings.redis_url, settings.broker_url).model_copy(
+    settings = _settings(proxied, REDIS_URL, BROKER_URL, hop_policy)
+    direct = _settings(pg_url, settings.redis_url, settings.broker_url, hop_policy).model_copy(
         update={"queue": settings.queue}
     )
     pool = Workers(settings, tmp_path, count=2).start()

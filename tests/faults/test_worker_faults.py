@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from config import Settings
+from config import HopPolicy, Settings
 from tasks.client import AgentClient
 from tests.actions_for_tests import effects_key
 from tests.faults.helpers import assert_answered_exactly_once, wait_all_idle
@@ -22,10 +22,12 @@ from tests.support import Workers, make_settings, uid
 pytestmark = [pytest.mark.faults, pytest.mark.workers]
 
 
-@pytest.fixture
-def fault_settings(pg_url: str) -> Settings:
+@pytest.fixture(params=[HopPolicy.EVERY_PHASE, HopPolicy.INLINE])
+def fault_settings(pg_url: str, request: pytest.FixtureRequest) -> Settings:
+    """Every fault test runs under both hop policies: the guarantees must not depend on it."""
     return make_settings(
         pg_url,
+        hop_policy=request.param,
         queue=uid("q"),
         agent="tests.agents",
         action_modules="tests.actions_for_tests",
