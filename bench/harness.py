@@ -83,7 +83,7 @@ def workers(
         cwd=REPO,
         loglevel="WARNING",
     )
-    group.env["PYTHONPATH"] = str(REPO)
+    group.env["PYTHONPATH"] = os.environ.get("BENCH_PYTHONPATH", str(REPO))
     group.start()
     try:
         yield group

@@ -44,6 +44,7 @@ class SweepReport:
     sessions_poisoned: int = 0
     steps_redispatched: int = 0
     steps_poisoned: int = 0
+    timed_out: int = 0
     skipped_busy: int = 0
 
     def as_dict(self) -> dict[str, int]:
@@ -81,6 +82,11 @@ class RecoverySweep:
         for session_id in stuck_sessions(self.turns.sessions.engine, cutoff, BATCH):
             snap = self.turns.sessions.load_from_database(session_id)
             if snap is None or snap.phase in ("idle", "clarifying"):
+                continue
+            if snap.phase == "executing" and self.turns.deadline_passed(snap):
+                # Even if a live worker holds the lock: its handler overran.
+                self.turns.fire_timeout(session_id, snap.deadline_at or 0.0)
+                report.timed_out += 1
                 continue
             if self.turns.sync.current_holder(session_id) is not None:
                 report.skipped_busy += 1  # a live worker holds (and renews) its lock

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -26,6 +27,7 @@ from state.machine import RESTING_STATES, WORK_PHASES
 from state.session import make_message, utcnow
 from state.session_store import InboxItem, SessionStore, Snapshot
 from state.store import PersistentStateManager
+from state.ticker import Ticker
 from state.turn_draft import Draft, Followups, PhaseOutcome
 from state.workflow import parse_spec
 from state.workflow_store import WorkflowStore
@@ -48,6 +50,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 Document = dict[str, Any]
+_alarms = Ticker("deadline-alarms")
 MAX_EXECUTION_ATTEMPTS = 3
 KICK_LOCK_WAIT_S = 0.5
 PHASE_LOCK_WAIT_S = 5.0
@@ -212,11 +215,12 @@ class TurnEngine:
         elif phase == "executing" and self.waiting_on_workflow(snap):
             return None
         draft.checkpoint()
-        if self._deadline_passed(draft):
+        if self.deadline_passed(draft.snap):
             self._fail_turn(draft, "timeout", TIMEOUT_REPLY, "execution deadline passed")
             return draft
         try:
-            result = self.agent.run(phase, self._context(phase, draft))
+            with self._alarm(draft):
+                result = self.agent.run(phase, self._context(phase, draft))
             self._apply(phase, draft, result)
         except StaleStateError:
             raise
@@ -224,7 +228,7 @@ class TurnEngine:
             logger.warning("session %s: %s handler failed: %r", snap.session_id, phase, exc)
             self._fail_turn(draft, "error_occurred", ERROR_REPLY, f"{type(exc).__name__}: {exc}")
             return draft
-        if self._deadline_passed(draft):
+        if self.deadline_passed(draft.snap):
             # The handler overran: its result arrives too late to count.
             self._fail_turn(draft, "timeout", TIMEOUT_REPLY, "execution deadline passed")
         return draft
@@ -343,7 +347,9 @@ class TurnEngine:
     def _after_commit(self, draft: Draft, followups: Followups) -> None:
         followups.steps.extend(draft.roots)
         followups.user_cache.extend(draft.user_writes)
-        if draft.phase == "executing" and draft.deadline != draft.snap.deadline_at:
+        if draft.phase == "executing" and draft.roots:
+            # Waiting on a workflow: nothing runs in this process to watch the deadline,
+            # so a countdown task does. (A handler that runs is watched by _alarm.)
             followups.deadline = draft.deadline
 
     def _send(self, session_id: str, followups: Followups) -> None:
@@ -359,6 +365,31 @@ class TurnEngine:
 
     # -- workflows and deadlines -----------------------------------------------
 
+    @contextmanager
+    def _alarm(self, draft: Draft) -> Iterator[None]:
+        """While an executing handler runs, enqueue the deadline check when it is due.
+
+        Scheduling a countdown task for every turn would park one message per turn in a
+        worker's memory for the whole timeout; most handlers finish long before it. If
+        this worker dies instead, the recovery sweep checks the stored deadline.
+        """
+        deadline = draft.snap.deadline_at
+        if draft.snap.phase != "executing" or deadline is None:
+            yield
+            return
+        session_id = draft.snap.session_id
+        key = f"deadline:{session_id}:{deadline}"
+
+        def ring() -> bool:
+            self.dispatcher.timeout(session_id, deadline, 0.0)
+            return False  # once
+
+        _alarms.register(key, max(0.0, deadline - time.time()), ring)
+        try:
+            yield
+        finally:
+            _alarms.unregister(key)
+
     def waiting_on_workflow(self, snap: Snapshot) -> bool:
         workflow_id = (snap.doc.get("context_window") or {}).get("workflow_id")
         if not workflow_id:
@@ -370,9 +401,10 @@ class TurnEngine:
         workflow_id = draft.context.get("workflow_id")
         return self.workflows.document(workflow_id) if workflow_id else None
 
-    def _deadline_passed(self, draft: Draft) -> bool:
-        deadline = draft.snap.deadline_at
-        return draft.snap.phase == "executing" and deadline is not None and time.time() > deadline
+    def deadline_passed(self, snap: Snapshot) -> bool:
+        """Whether the session is executing past its stored deadline."""
+        deadline = snap.deadline_at
+        return snap.phase == "executing" and deadline is not None and time.time() > deadline
 
     # -- the durable execution timeout and recovery ----------------------------
 
@@ -425,7 +457,7 @@ class TurnEngine:
         if snap.phase in ("error", "timeout"):
             self.break_turn(snap, None, ERROR_REPLY, f"found in {snap.phase}")
             return "reset"
-        if snap.phase == "executing" and self._deadline_passed(Draft(snap, None)):
+        if snap.phase == "executing" and self.deadline_passed(snap):
             self.fire_timeout(snap.session_id, snap.deadline_at or 0.0)
             return "timeout"
         queued = snap.phase in RESTING_STATES and self.sessions.queued_count(snap.session_id) > 0
