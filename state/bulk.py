@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Engine, select
 
 from state import codec
+from state.db import read_connection
 from state.errors import CorruptStateError, FutureVersionError, MigrationError
 from state.migrate import StateMigrator
 from state.session_store import SessionStore
@@ -96,7 +97,7 @@ def _migrate_all(  # noqa: PLR0917 (private; called twice, with positions spelle
 
 
 def _page(engine: Engine, key: Any, column: Any, after: str, batch: int) -> list[tuple[str, str]]:
-    with engine.connect() as conn:
+    with read_connection(engine) as conn:
         rows = conn.execute(select(key, column).where(key > after).order_by(key).limit(batch))
         return [(r[0], r[1]) for r in rows]
 

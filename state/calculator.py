@@ -12,7 +12,7 @@ from state.errors import AgentStateError
 Number = int | float
 MAX_EXPRESSION_CHARS = 1000
 MAX_EXPONENT = 1000
-MAX_MAGNITUDE = 10**100
+MAX_MAGNITUDE = 2**63 - 1  # results are stored as JSON numbers (64-bit)
 
 _BINARY: dict[type[ast.operator], Callable[[Number, Number], Number]] = {
     ast.Add: operator.add,

@@ -21,6 +21,7 @@ SCHEMA_DIR = Path(__file__).with_name("schema")
 # Any constant works; it only has to be the same in every process that upgrades.
 _UPGRADE_LOCK_KEY = 0x61676E74
 _SQLITE_BUSY_TIMEOUT_S = 30
+_READ_ONLY = "agentstate_read_only"
 
 _engines: dict[tuple[str, int], Engine] = {}
 _checked: set[tuple[str, int]] = set()
@@ -88,11 +89,20 @@ def _create_sqlite_engine(url: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        # Take the write lock up front: two deferred transactions that both upgrade
-        # from read to write would deadlock and one would fail with "database is locked".
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # A writer takes the write lock up front: two deferred transactions that both
+        # upgrade from read to write would deadlock, one failing "database is locked".
+        # A reader (read_connection) must not take it, or polling would stall writers.
+        if conn.get_execution_options().get(_READ_ONLY):
+            conn.exec_driver_sql("BEGIN")
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def read_connection(engine: Engine) -> Connection:
+    """A connection for reads only (on SQLite it does not take the write lock)."""
+    return engine.connect().execution_options(**{_READ_ONLY: True})
 
 
 def is_postgres(engine: Engine | Connection) -> bool:

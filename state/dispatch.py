@@ -18,6 +18,9 @@ class Dispatcher(Protocol):
     def step(self, workflow_id: str, step_id: str, version: int, delay_s: float = 0.0) -> None:
         """Run a workflow step at ``version`` after ``delay_s`` seconds."""
 
+    def backlog(self) -> int | None:
+        """How many messages wait in the queue (None if the broker cannot tell)."""
+
 
 class RecordingDispatcher:
     """Collects dispatches instead of sending them (pure-logic tests, dry runs)."""
@@ -33,3 +36,6 @@ class RecordingDispatcher:
 
     def step(self, workflow_id: str, step_id: str, version: int, delay_s: float = 0.0) -> None:
         self.sent.append(("step", (workflow_id, step_id, version, delay_s)))
+
+    def backlog(self) -> int | None:
+        return len(self.sent)

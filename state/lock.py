@@ -26,11 +26,12 @@ from config import Settings, get_settings
 from state import codec, keys
 from state.backend import Backend
 from state.cache import CachedEntry, decode_entry
-from state.errors import InvalidPayloadError, StateLockAcquisitionError
+from state.errors import CorruptStateError, InvalidPayloadError, StateLockAcquisitionError
 from state.ids import validate_id
 from state.machine import STATES
 from state.migrate import stamp
 from state.redisconn import ACQUIRE, ACQUIRE_AND_READ, CACHE_PUT_AND_RELEASE, RELEASE, RENEW
+from state.session import ROLES, SessionState
 from state.session_store import SessionChange, SessionStore, Snapshot, full_document, new_document
 from state.ticker import Ticker
 
@@ -310,9 +311,24 @@ def _change_from(current: Document, proposed: object) -> SessionChange:
     for derived in ("revision", "session_id"):
         doc.pop(derived, None)
     doc["session_id"] = current["session_id"]
+    new_messages = history[len(old_history) :]
+    _check_shape(doc, new_messages)
     return SessionChange(
         phase=phase,
         status=str(doc.get("status", current["status"])),
         doc=doc,
-        new_messages=history[len(old_history) :],
+        new_messages=new_messages,
     )
+
+
+def _check_shape(doc: Document, new_messages: list[Any]) -> None:
+    """Refuse a document that the next load would have to quarantine."""
+    try:
+        SessionState.from_document({**doc, "message_history": new_messages})
+    except CorruptStateError as exc:
+        raise InvalidPayloadError(f"not a valid session state: {exc}") from exc
+    for item in new_messages:
+        if not isinstance(item, dict) or item.get("role") not in ROLES:
+            raise InvalidPayloadError(f"history items need a role among {ROLES}: {item!r:.80}")
+        if not isinstance(item.get("content", ""), str):
+            raise InvalidPayloadError("a history item's content must be a string")

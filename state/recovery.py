@@ -2,23 +2,28 @@
 
 "Assume state can be lost at any time; fast recovery matters more than preventing loss."
 Everything the sweep re-enqueues carries the version it expects, so re-enqueueing work
-that is in fact still running is harmless: the version guard drops the loser. A turn or
-step recovered more than AGENTSTATE_MAX_RECOVERIES times at the same version is poison:
-the turn ends with an apology, the step fails, and the reason is recorded.
+that is in fact still running is harmless: the version guard drops the loser.
+
+A turn or step recovered more than AGENTSTATE_MAX_RECOVERIES times at the same version is
+poison: the turn ends with an apology, the step fails, and the reason is recorded. A
+recovery only counts when the broker's queue is empty: while messages wait, slow work is
+not evidence of lost work. Each item is retried at most once per AGENTSTATE_STUCK_AFTER.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from functools import partial
 
 import redis
 
 from state import keys
+from state.errors import AgentStateError
 from state.session import utcnow
-from state.session_store import Snapshot
+from state.snapshot import Snapshot
 from state.sweep_queries import (
     note_session_recovery,
     note_step_recovery,
@@ -46,6 +51,7 @@ class SweepReport:
     steps_poisoned: int = 0
     timed_out: int = 0
     skipped_busy: int = 0
+    errors: int = 0
 
     def as_dict(self) -> dict[str, int]:
         """JSON-ready form."""
@@ -69,35 +75,48 @@ class RecoverySweep:
             return report
         try:
             cutoff = utcnow() - timedelta(seconds=self.settings.stuck_after)
-            self._sessions(cutoff, report)
-            self._inboxes(cutoff, report)
-            self._steps(cutoff, report)
+            counting = not self.turns.dispatcher.backlog()
+            self._sessions(cutoff, counting, report)
+            self._inboxes(cutoff, counting, report)
+            self._steps(cutoff, counting, report)
         finally:
             self._release_sweep_lock(lock)
         if any(report.as_dict().values()):
             logger.warning("recovery sweep: %s", report.as_dict())
         return report
 
-    def _sessions(self, cutoff: Any, report: SweepReport) -> None:
-        for session_id in stuck_sessions(self.turns.sessions.engine, cutoff, BATCH):
-            snap = self.turns.sessions.load_from_database(session_id)
-            if snap is None or snap.phase in ("idle", "clarifying"):
-                continue
-            if snap.phase == "executing" and self.turns.deadline_passed(snap):
-                # Even if a live worker holds the lock: its handler overran.
-                self.turns.fire_timeout(session_id, snap.deadline_at or 0.0)
-                report.timed_out += 1
-                continue
-            if self.turns.sync.current_holder(session_id) is not None:
-                report.skipped_busy += 1  # a live worker holds (and renews) its lock
-                continue
-            if snap.phase == "executing" and self.turns.waiting_on_workflow(snap):
-                self.turns.resume(snap)  # only a passed deadline acts here
-                continue
-            self._recover_session(snap, report)
+    def _each(self, report: SweepReport, what: str, item: str, act: Callable[[], None]) -> None:
+        # One bad item (a document from newer code, a race lost to a live worker) must
+        # not stop the sweep from reaching everything behind it.
+        try:
+            act()
+        except AgentStateError as exc:
+            report.errors += 1
+            logger.warning("recovery sweep: %s %s skipped: %s", what, item, exc)
 
-    def _recover_session(self, snap: Snapshot, report: SweepReport) -> None:
-        count = note_session_recovery(self.turns.sessions.engine, snap)
+    def _sessions(self, cutoff: datetime, counting: bool, report: SweepReport) -> None:
+        for session_id in stuck_sessions(self.turns.sessions.engine, cutoff, BATCH):
+            act = partial(self._session, session_id, counting, report)
+            self._each(report, "session", session_id, act)
+
+    def _session(self, session_id: str, counting: bool, report: SweepReport) -> None:
+        snap = self.turns.sessions.load_from_database(session_id)
+        if snap is None or snap.phase in ("idle", "clarifying"):
+            return
+        if self.turns.deadline_passed(snap):
+            # Even if a live worker holds the lock: its handler overran.
+            self.turns.fire_timeout(session_id, snap.deadline_at or 0.0)
+            report.timed_out += 1
+            return
+        if self.turns.sync.current_holder(session_id) is not None:
+            report.skipped_busy += 1  # a live worker holds (and renews) its lock
+            return
+        if snap.phase == "executing" and self.turns.waiting_on_workflow(snap):
+            return  # the workflow's steps are recovered on their own
+        self._recover_session(snap, counting, report)
+
+    def _recover_session(self, snap: Snapshot, counting: bool, report: SweepReport) -> None:
+        count = note_session_recovery(self.turns.sessions.engine, snap, count=counting)
         if count is None:
             return  # it moved on meanwhile
         if count > self.settings.max_recoveries:
@@ -110,41 +129,57 @@ class RecoverySweep:
             self.turns.resume(moved)
             report.sessions_resumed += 1
 
-    def _inboxes(self, cutoff: Any, report: SweepReport) -> None:
+    def _inboxes(self, cutoff: datetime, counting: bool, report: SweepReport) -> None:
         for session_id in sessions_waiting_in_inbox(self.turns.sessions.engine, cutoff, BATCH):
-            snap = self.turns.sessions.load_from_database(session_id)
-            if snap is None or snap.phase not in ("idle", "clarifying"):
-                continue  # mid-turn: the turn picks the message up when it ends
-            if self.turns.sync.current_holder(session_id) is not None:
-                report.skipped_busy += 1
-                continue
-            count = note_session_recovery(self.turns.sessions.engine, snap)
-            if count is not None and count > self.settings.max_recoveries:
-                self.turns.reject_next_message(snap, f"gave up after {count - 1} attempts")
-                report.sessions_poisoned += 1
-                continue
-            self.turns.dispatcher.phase("understanding", session_id, None)
-            report.turns_started += 1
+            act = partial(self._inbox, session_id, counting, report)
+            self._each(report, "inbox of", session_id, act)
 
-    def _steps(self, cutoff: Any, report: SweepReport) -> None:
+    def _inbox(self, session_id: str, counting: bool, report: SweepReport) -> None:
+        snap = self.turns.sessions.load_from_database(session_id)
+        if snap is None or snap.phase not in ("idle", "clarifying"):
+            return  # mid-turn: the turn picks the message up when it ends
+        if self.turns.sync.current_holder(session_id) is not None:
+            report.skipped_busy += 1
+            return
+        count = note_session_recovery(self.turns.sessions.engine, snap, count=counting)
+        if count is not None and count > self.settings.max_recoveries:
+            self.turns.reject_next_message(snap, f"gave up after {count - 1} attempts")
+            report.sessions_poisoned += 1
+            return
+        self.turns.dispatcher.phase("understanding", session_id, None)
+        report.turns_started += 1
+
+    def _steps(self, cutoff: datetime, counting: bool, report: SweepReport) -> None:
         engine = self.workflows.store.engine
         for workflow_id, step_id, version, status in stuck_steps(engine, cutoff, BATCH):
-            # Only a running step whose lease expired is evidence of a lost worker; ready
-            # steps may just be waiting in a long queue and are re-sent without counting.
-            count = note_step_recovery(
-                engine, workflow_id, step_id, version, count=status == RUNNING
+            lost = status == RUNNING and counting
+            act = partial(self._step, workflow_id, step_id, version, lost, report)
+            self._each(report, "step", f"{workflow_id}/{step_id}", act)
+
+    def _step(
+        self, workflow_id: str, step_id: str, version: int, lost: bool, report: SweepReport
+    ) -> None:
+        # Only a running step whose lease expired is evidence of a lost worker; ready
+        # steps may just be waiting in a long queue and are re-sent without counting.
+        count = note_step_recovery(
+            self.workflows.store.engine,
+            workflow_id,
+            step_id,
+            version,
+            count=lost,
+            lease_s=self.settings.stuck_after,
+        )
+        if count is None:
+            return
+        if lost and count > self.settings.max_recoveries:
+            reason = f"worker lost {count - 1} times; gave up"
+            self.workflows.follow(
+                self.workflows.store.abandon(workflow_id, step_id, version, reason)
             )
-            if count is None:
-                continue
-            if status == RUNNING and count > self.settings.max_recoveries:
-                reason = f"worker lost {count - 1} times; gave up"
-                self.workflows.follow(
-                    self.workflows.store.abandon(workflow_id, step_id, version, reason)
-                )
-                report.steps_poisoned += 1
-                continue
-            self.workflows.dispatcher.step(workflow_id, step_id, version)
-            report.steps_redispatched += 1
+            report.steps_poisoned += 1
+            return
+        self.workflows.dispatcher.step(workflow_id, step_id, version)
+        report.steps_redispatched += 1
 
     def _sweep_lock(self) -> str | bool | None:
         token = utcnow().isoformat()

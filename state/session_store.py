@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from state import codec, keys, pg_fastpath
 from state.cache import CachedEntry, StateCache
-from state.db import autocommit_engine
+from state.db import autocommit_engine, read_connection
 from state.errors import (
     CorruptStateError,
     FutureVersionError,
@@ -29,7 +29,7 @@ from state.ids import new_id
 from state.machine import RESTING_STATES as RESTING
 from state.migrate import StateMigrator, stamp
 from state.quarantine import quarantine
-from state.session import SessionState, SessionStatus, utcnow
+from state.session import SessionState, SessionStatus, make_message, utcnow
 from state.snapshot import (
     CommitResult,
     Document,
@@ -113,13 +113,18 @@ class SessionStore:
 
     def load_from_database(self, session_id: str) -> Snapshot | None:
         """Read (and migrate, writing the upgrade back) the session row."""
-        with self.engine.begin() as conn:
-            snapshot = self._read(conn, session_id)
+        try:
+            with read_connection(self.engine) as conn:
+                snapshot = self._read(conn, session_id, writable=False)
+        except _WriteNeeded:
+            # Rare: an old or damaged document. Read it again where we may write.
+            with self.engine.begin() as conn:
+                snapshot = self._read(conn, session_id, writable=True)
         if snapshot is not None:
             self.publish(snapshot)
         return snapshot
 
-    def _read(self, conn: Connection, session_id: str) -> Snapshot | None:
+    def _read(self, conn: Connection, session_id: str, *, writable: bool = True) -> Snapshot | None:
         row = conn.execute(select(sessions).where(sessions.c.session_id == session_id)).first()
         if row is None:
             return None
@@ -138,12 +143,16 @@ class SessionStore:
             doc = codec.decode_document(row.doc)
             needs_upgrade = "message_history" in doc or _migrator.needs_migration(doc)
             if needs_upgrade:
+                if not writable:
+                    raise _WriteNeeded
                 snapshot = self._upgrade(conn, snapshot, doc)
                 doc = snapshot.doc
             SessionState.from_document({**doc, "session_id": snapshot.session_id})
         except FutureVersionError:
             raise
         except (CorruptStateError, MigrationError) as exc:
+            if not writable:
+                raise _WriteNeeded from exc
             return self._quarantine(conn, snapshot, row.doc, str(exc))
         return replace(snapshot, doc=doc)
 
@@ -168,20 +177,62 @@ class SessionStore:
 
     def _quarantine(self, conn: Connection, snapshot: Snapshot, raw: str, reason: str) -> Snapshot:
         # Keep the bad document for an operator and give the session a fresh one, so
-        # that loading it never fails again; its history rows are untouched.
+        # that loading it never fails again; its history rows are untouched. A turn that
+        # was under way is answered with an apology, so the history still alternates.
         quarantine(conn, "session", snapshot.session_id, raw, reason)
         doc = new_document(snapshot.session_id, snapshot.user_id)
         doc["metadata"]["quarantined"] = reason
-        version = snapshot.version + 1
-        conn.execute(
+        apologies = self._answer_started(conn, snapshot.session_id)
+        result = conn.execute(
             update(sessions)
-            .where(sessions.c.session_id == snapshot.session_id)
-            .values(doc=doc, phase="idle", version=version, updated_at=utcnow(), deadline_at=None)
+            .where(
+                sessions.c.session_id == snapshot.session_id,
+                sessions.c.version == snapshot.version,
+            )
+            .values(
+                doc=doc,
+                phase="idle",
+                status=SessionStatus.ACTIVE.value,
+                version=snapshot.version + 1,
+                message_count=snapshot.message_count + len(apologies),
+                updated_at=utcnow(),
+                deadline_at=None,
+            )
         )
+        if result.rowcount != 1:
+            raise _stale(snapshot)
+        _insert_messages(conn, snapshot.session_id, snapshot.message_count, apologies)
         logger.error(
             "session %s: stored state is corrupt, quarantined: %s", snapshot.session_id, reason
         )
-        return replace(snapshot, doc=doc, phase="idle", version=version, deadline_at=None)
+        return replace(
+            snapshot,
+            doc=doc,
+            phase="idle",
+            status=SessionStatus.ACTIVE.value,
+            version=snapshot.version + 1,
+            message_count=snapshot.message_count + len(apologies),
+            deadline_at=None,
+        )
+
+    def _answer_started(self, conn: Connection, session_id: str) -> list[Document]:
+        started = (
+            conn.execute(
+                select(inbox.c.message_id).where(
+                    inbox.c.session_id == session_id, inbox.c.state == "started"
+                )
+            )
+            .scalars()
+            .all()
+        )
+        for message_id in started:
+            conn.execute(
+                update(inbox).where(inbox.c.message_id == message_id).values(state="answered")
+            )
+        text = "Sorry, your conversation state was damaged and had to be reset. Please try again."
+        return [
+            make_message("assistant", text, {"reply_to": mid, "kind": "apology"}) for mid in started
+        ]
 
     def history(self, session_id: str, *, last: int | None = None) -> list[Document]:
         """The message history in order (only the ``last`` n items if given)."""
@@ -192,7 +243,7 @@ class SessionStore:
             query = query.order_by(messages.c.seq.desc()).limit(last)
         else:
             query = query.order_by(messages.c.seq)
-        with self.engine.connect() as conn:
+        with read_connection(self.engine) as conn:
             rows = conn.execute(query).all()
         items = [
             {"role": r[0], "content": r[1], "timestamp": r[2], "metadata": codec.loads(r[3])}
@@ -358,7 +409,7 @@ class SessionStore:
 
     def next_queued(self, session_id: str) -> InboxItem | None:
         """The oldest message of the session that has not started its turn."""
-        with self.engine.connect() as conn:
+        with read_connection(self.engine) as conn:
             row = conn.execute(
                 select(inbox)
                 .where(inbox.c.session_id == session_id, inbox.c.state == "queued")
@@ -373,7 +424,7 @@ class SessionStore:
 
     def queued_count(self, session_id: str) -> int:
         """How many messages wait for their turn."""
-        with self.engine.connect() as conn:
+        with read_connection(self.engine) as conn:
             return int(
                 conn.execute(
                     select(func.count())
@@ -381,6 +432,10 @@ class SessionStore:
                     .where(inbox.c.session_id == session_id, inbox.c.state == "queued")
                 ).scalar_one()
             )
+
+
+class _WriteNeeded(Exception):
+    """A read found a document that must be upgraded or quarantined: redo it writable."""
 
 
 def _stale(snapshot: Snapshot) -> StaleStateError:

@@ -99,6 +99,7 @@ class PersistentStateManager:
                 users.quarantine_row(conn, user_id, raw, str(exc))
                 corrupt = exc
         if corrupt is not None:
+            self.backend.cache.evict(keys.user_state_cache(user_id))
             raise CorruptStateError(
                 f"user {user_id}: stored state was unreadable ({corrupt}); it was "
                 "quarantined and the user starts empty"

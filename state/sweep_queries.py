@@ -10,6 +10,7 @@ from datetime import datetime
 
 from sqlalchemy import Engine, and_, or_, select, update
 
+from state.db import read_connection
 from state.machine import RESTING_STATES as RESTING
 from state.session import SessionStatus, utcnow
 from state.snapshot import Snapshot
@@ -21,7 +22,7 @@ from state.workflow_store import PENDING, RETRYING, RUNNING, step_at
 
 def stuck_sessions(engine: Engine, cutoff: datetime, limit: int) -> list[str]:
     """Sessions mid-turn that made no progress since ``cutoff``."""
-    with engine.connect() as conn:
+    with read_connection(engine) as conn:
         rows = conn.execute(
             select(sessions.c.session_id)
             .where(
@@ -35,19 +36,32 @@ def stuck_sessions(engine: Engine, cutoff: datetime, limit: int) -> list[str]:
 
 
 def sessions_waiting_in_inbox(engine: Engine, cutoff: datetime, limit: int) -> list[str]:
-    """Sessions with a message queued since before ``cutoff`` (its kick may be lost)."""
-    with engine.connect() as conn:
+    """Resting sessions with a message queued since before ``cutoff``, not looked at since
+    (its kick may be lost). A recovery attempt touches the session, so each is retried at
+    most once per ``stuck_after``."""
+    with read_connection(engine) as conn:
         rows = conn.execute(
-            select(inbox.c.session_id)
-            .where(inbox.c.state == "queued", inbox.c.created_at < cutoff)
-            .group_by(inbox.c.session_id)
+            select(sessions.c.session_id)
+            .where(
+                sessions.c.phase.in_(tuple(RESTING)),
+                sessions.c.updated_at < cutoff,
+                select(inbox.c.message_id)
+                .where(
+                    inbox.c.session_id == sessions.c.session_id,
+                    inbox.c.state == "queued",
+                    inbox.c.created_at < cutoff,
+                )
+                .exists(),
+            )
+            .order_by(sessions.c.updated_at)
             .limit(limit)
         )
         return [r[0] for r in rows]
 
 
-def note_session_recovery(engine: Engine, snapshot: Snapshot) -> int | None:
-    """Count one recovery of the session at its version; None if it moved on."""
+def note_session_recovery(engine: Engine, snapshot: Snapshot, *, count: bool = True) -> int | None:
+    """Touch the session (and count one recovery if ``count``) at its version; None if it
+    moved on meanwhile."""
     with engine.begin() as conn:
         row = conn.execute(
             update(sessions)
@@ -55,7 +69,7 @@ def note_session_recovery(engine: Engine, snapshot: Snapshot) -> int | None:
                 sessions.c.session_id == snapshot.session_id,
                 sessions.c.version == snapshot.version,
             )
-            .values(recoveries=sessions.c.recoveries + 1, updated_at=utcnow())
+            .values(recoveries=sessions.c.recoveries + int(count), updated_at=utcnow())
             .returning(sessions.c.recoveries)
         ).first()
     return None if row is None else int(row[0])
@@ -70,6 +84,10 @@ def expire_idle_sessions(engine: Engine, cutoff: datetime) -> int:
                 sessions.c.phase.in_(tuple(RESTING)),
                 sessions.c.status.in_(("active", "paused")),
                 sessions.c.updated_at < cutoff,
+                # A message waiting for its turn means the session is in use.
+                ~select(inbox.c.message_id)
+                .where(inbox.c.session_id == sessions.c.session_id, inbox.c.state == "queued")
+                .exists(),
             )
             .values(status=SessionStatus.TIMEOUT.value, version=sessions.c.version + 1)
         )
@@ -91,24 +109,36 @@ def stuck_steps(engine: Engine, cutoff: datetime, limit: int) -> list[tuple[str,
             steps.c.status == RETRYING,
         ),
     )
-    with engine.connect() as conn:
+    with read_connection(engine) as conn:
         rows = conn.execute(
             select(steps.c.workflow_id, steps.c.step_id, steps.c.version, steps.c.status)
             .where(or_(expired_lease, forgotten))
+            .order_by(steps.c.updated_at)
             .limit(limit)
         )
         return [(r[0], r[1], int(r[2]), r[3]) for r in rows]
 
 
 def note_step_recovery(
-    engine: Engine, workflow_id: str, step_id: str, version: int, *, count: bool = True
+    engine: Engine,
+    workflow_id: str,
+    step_id: str,
+    version: int,
+    *,
+    count: bool = True,
+    lease_s: float | None = None,
 ) -> int | None:
     """Count (if ``count``) one recovery of a step at its version; None if it moved on."""
+    values = {"recoveries": steps.c.recoveries + int(count), "updated_at": utcnow()}
+    if lease_s is not None:
+        # A fresh lease for the re-sent task: the step is not counted again (nor re-sent)
+        # while that task may still be waiting in the queue.
+        values["lease_expires_at"] = time.time() + lease_s
     with engine.begin() as conn:
         row = conn.execute(
             update(steps)
             .where(*step_at(workflow_id, step_id, version))
-            .values(recoveries=steps.c.recoveries + int(count), updated_at=utcnow())
+            .values(**values)
             .returning(steps.c.recoveries)
         ).first()
     return None if row is None else int(row[0])

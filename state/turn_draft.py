@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from state import codec
 from state.machine import AgentStateMachine
 from state.session import SessionStatus, make_message, utcnow
 from state.snapshot import SessionChange, Snapshot
@@ -107,6 +108,10 @@ class Draft:
         if self.phase == "clarifying":
             return SessionStatus.PAUSED.value
         return SessionStatus.ACTIVE.value
+
+    def check_storable(self) -> None:
+        """Raise InvalidPayloadError now if what the handler produced is not JSON."""
+        codec.dumps([self.doc, self.context, self.metadata, self.messages])
 
     def change(self) -> SessionChange:
         """The SessionChange to commit."""

@@ -16,6 +16,9 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
+import redis
+from sqlalchemy.exc import InterfaceError, OperationalError
+
 from config import HopPolicy
 from state import keys, users
 from state.agent import Agent, PhaseContext, PhaseResult
@@ -25,7 +28,7 @@ from state.errors import InvalidTransitionError, StaleStateError, StateLockAcqui
 from state.lock import DistributedStateSync, LockHandle
 from state.machine import RESTING_STATES, WORK_PHASES
 from state.session import make_message, utcnow
-from state.session_store import InboxItem, SessionStore, Snapshot
+from state.session_store import CommitResult, InboxItem, SessionStore, Snapshot
 from state.store import PersistentStateManager
 from state.ticker import Ticker
 from state.turn_draft import Draft, Followups, PhaseOutcome
@@ -51,6 +54,16 @@ logger = logging.getLogger(__name__)
 
 Document = dict[str, Any]
 _alarms = Ticker("deadline-alarms")
+# A lost race, or the store failing: the task drops or retries these; they say nothing
+# about the handler's result.
+NOT_ABOUT_THE_RESULT: tuple[type[Exception], ...] = (
+    StaleStateError,
+    StateLockAcquisitionError,
+    OperationalError,
+    InterfaceError,
+    redis.ConnectionError,
+    redis.TimeoutError,
+)
 MAX_EXECUTION_ATTEMPTS = 3
 KICK_LOCK_WAIT_S = 0.5
 PHASE_LOCK_WAIT_S = 5.0
@@ -83,9 +96,19 @@ class TurnEngine:
     # -- one phase task --------------------------------------------------------
 
     def run_phase(
-        self, phase: str, session_id: str, expected_version: int | None, task_id: str | None = None
+        self,
+        phase: str,
+        session_id: str,
+        expected_version: int | None,
+        task_id: str | None = None,
+        *,
+        use_cache: bool = True,
     ) -> PhaseOutcome:
-        """Run ``phase`` (and, under the inline policy, the quick phases after it)."""
+        """Run ``phase`` (and, under the inline policy, the quick phases after it).
+
+        A retried or redelivered task passes ``use_cache=False``: its own commit may have
+        landed unseen, and only the database can tell before the handler runs again.
+        """
         try:
             handle, entry = self.sync.acquire(
                 session_id, read_cache=True, timeout_s=self._lock_wait_s(phase)
@@ -98,9 +121,8 @@ class TurnEngine:
         published = False
         try:
             followups = Followups()
-            outcome, snap = self._run_locked(
-                phase, session_id, expected_version, task_id, (handle, entry, followups)
-            )
+            held = (handle, entry if use_cache else None, followups)
+            outcome, snap = self._run_locked(phase, session_id, expected_version, task_id, held)
             if snap is None:
                 return outcome
             self.sync.publish_and_release(handle, snap)
@@ -154,8 +176,7 @@ class TurnEngine:
             draft = self._draft(phase, snap, task_id)
             if draft is None:
                 break
-            still_held = partial(self.sync.surely_held, handle)
-            result = self.sessions.commit(snap, draft.change(), still_held)
+            result = self._commit(snap, draft, handle)
             snap = result.snapshot
             outcome.phases.append(phase)
             outcome.status = "applied"
@@ -165,6 +186,21 @@ class TurnEngine:
                 followups.phase = (phase, snap.version)
                 phase = None
         return snap
+
+    def _commit(self, snap: Snapshot, draft: Draft, handle: LockHandle) -> CommitResult:
+        still_held = partial(self.sync.surely_held, handle)
+        try:
+            return self.sessions.commit(snap, draft.change(), still_held)
+        except NOT_ABOUT_THE_RESULT:
+            raise
+        except Exception as exc:
+            # The handler's result cannot be stored (a user-state change that raises, a
+            # workflow id already taken, ...): end the turn now instead of retrying.
+            logger.warning(
+                "session %s: result of %s not storable: %r", snap.session_id, snap.phase, exc
+            )
+            self._fail_turn(draft, "error_occurred", ERROR_REPLY, f"{type(exc).__name__}: {exc}")
+            return self.sessions.commit(snap, draft.change(), still_held)
 
     def _lock_wait_s(self, phase: str) -> float:
         # A kick only needs to know the session is busy; a phase waits a while for a
@@ -222,6 +258,7 @@ class TurnEngine:
             with self._alarm(draft):
                 result = self.agent.run(phase, self._context(phase, draft))
             self._apply(phase, draft, result)
+            draft.check_storable()
         except StaleStateError:
             raise
         except Exception as exc:
@@ -394,8 +431,8 @@ class TurnEngine:
         workflow_id = (snap.doc.get("context_window") or {}).get("workflow_id")
         if not workflow_id:
             return False
-        doc = self.workflows.document(workflow_id)
-        return doc is not None and doc["status"] not in _FINISHED_WORKFLOW
+        status = self.workflows.status(workflow_id)
+        return status is not None and status not in _FINISHED_WORKFLOW
 
     def _finished_workflow(self, draft: Draft) -> Document | None:
         workflow_id = draft.context.get("workflow_id")

@@ -44,7 +44,13 @@ def upgraded(doc: Document) -> Document:
 def quarantine_row(conn: Connection, user_id: str, raw: str, reason: str) -> None:
     """Move an unreadable row aside; the user then starts from an empty state."""
     quarantine(conn, "user_state", user_id, raw, reason)
-    conn.execute(user_state.delete().where(user_state.c.user_id == user_id))
+    # The row stays, emptied, with its version still rising: a cached copy at an older
+    # revision can then never come back.
+    conn.execute(
+        update(user_state)
+        .where(user_state.c.user_id == user_id)
+        .values(state=codec.dumps(stamp({})), version=user_state.c.version + 1, updated_at=utcnow())
+    )
     logger.error("user %s: stored state is corrupt, quarantined: %s", user_id, reason)
 
 

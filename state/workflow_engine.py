@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from config import Settings
+from state import codec
 from state.dispatch import Dispatcher
 from state.errors import InvalidPayloadError, StaleStateError, WorkflowSpecError
 from state.ticker import Ticker
@@ -110,6 +111,7 @@ class WorkflowEngine:
             raise InvalidPayloadError(
                 f"action {claimed.action!r} returned {type(outputs).__name__}, not a JSON object"
             )
+        codec.dumps(outputs)  # unstorable outputs fail the step here, not in the commit
         return outputs
 
     def _fail(self, claimed: ClaimedStep, error: str, *, retry: bool) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, insert, select, update
 
 from state import codec, pg_steps
-from state.db import autocommit_engine
+from state.db import autocommit_engine, read_connection
 from state.errors import StaleStateError
 from state.session import utcnow
 from state.step_records import (
@@ -160,19 +160,23 @@ class WorkflowStore:
     def leftover(self, workflow_id: str, step_id: str, task_id: str) -> Leftover | None:
         """What an earlier delivery of ``task_id`` committed but may not have followed up
         (its commit landed, its acknowledgement did not); None if it was not ours."""
-        with self.engine.connect() as conn:
+        with read_connection(self.engine) as conn:
             row = conn.execute(
                 select(
                     steps.c.status,
                     steps.c.version,
                     steps.c.last_task_id,
                     steps.c.dependents,
+                    steps.c.lease_expires_at,
                     *_CLAIM_COLUMNS,
                 ).where(steps.c.workflow_id == workflow_id, steps.c.step_id == step_id)
             ).first()
             if row is None or row.last_task_id != task_id:
                 return None
             if row.status == RUNNING:
+                if (row.lease_expires_at or 0.0) > time.time():
+                    return None  # the first delivery may still be running it: leave it be
+
                 return Leftover(
                     claimed=claimed_from_row(workflow_id, step_id, int(row.version), row)
                 )
@@ -211,7 +215,7 @@ class WorkflowStore:
         """Outputs of the given steps, by step id."""
         if not dependencies:
             return {}
-        with self.engine.connect() as conn:
+        with read_connection(self.engine) as conn:
             rows = conn.execute(
                 select(steps.c.step_id, steps.c.outputs).where(
                     steps.c.workflow_id == workflow_id, steps.c.step_id.in_(dependencies)
@@ -223,7 +227,7 @@ class WorkflowStore:
         """The workflow's shared context (immutable, so cached per process)."""
         cached = self._contexts.get(workflow_id)
         if cached is None:
-            with self.engine.connect() as conn:
+            with read_connection(self.engine) as conn:
                 raw = conn.execute(
                     select(workflows.c.context).where(workflows.c.workflow_id == workflow_id)
                 ).scalar_one()
@@ -415,7 +419,7 @@ class WorkflowStore:
 
     def abandon(self, workflow_id: str, step_id: str, version: int, reason: str) -> Completion:
         """Fail a step that keeps losing its worker (a poison step)."""
-        with self.engine.connect() as conn:
+        with read_connection(self.engine) as conn:
             row = conn.execute(
                 select(steps.c.action, steps.c.retry_count, steps.c.max_retries).where(
                     steps.c.workflow_id == workflow_id, steps.c.step_id == step_id
@@ -428,9 +432,17 @@ class WorkflowStore:
 
     # -- reading ---------------------------------------------------------------
 
+    def status(self, workflow_id: str) -> str | None:
+        """The workflow's status (running, success, failed), or None if unknown."""
+        with read_connection(self.engine) as conn:
+            status = conn.execute(
+                select(workflows.c.status).where(workflows.c.workflow_id == workflow_id)
+            ).scalar()
+        return None if status is None else str(status)
+
     def exists(self, workflow_id: str) -> bool:
         """Whether a workflow with this id was stored."""
-        with self.engine.connect() as conn:
+        with read_connection(self.engine) as conn:
             return (
                 conn.execute(
                     select(workflows.c.workflow_id).where(workflows.c.workflow_id == workflow_id)
@@ -440,7 +452,7 @@ class WorkflowStore:
 
     def document(self, workflow_id: str) -> Document | None:
         """The workflow as a JSON-ready dict (status, counts, steps by id)."""
-        with self.engine.connect() as conn:
+        with read_connection(self.engine) as conn:
             wf = conn.execute(
                 select(workflows).where(workflows.c.workflow_id == workflow_id)
             ).first()

@@ -116,7 +116,12 @@ class AgentClient:
     def start_workflow(self, spec: Document) -> str:
         """Validate the whole spec (nothing is stored if it is bad), store it, start it."""
         wf = self.workflows.validate(spec, known_actions(self.settings.action_module_list))
-        return self.workflows.start(wf)
+        try:
+            return self.workflows.start(wf)
+        except BrokerError as exc:
+            # The workflow is stored; the recovery sweep dispatches its ready steps.
+            logger.warning("enqueue failed, the sweep will retry: %s", redact_url(str(exc)))
+            return wf.workflow_id
 
     def get_workflow(self, workflow_id: str) -> Document | None:
         """The workflow with every step's status, outputs and retry count, or None."""

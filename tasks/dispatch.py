@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from amqp.exceptions import ChannelError
 from celery import Celery
 
 PHASE_TASK = "agentstate.phase.{}"
@@ -27,3 +28,15 @@ class CeleryDispatcher:
         """Enqueue one workflow step delivery."""
         countdown = delay_s if delay_s > 0 else None
         self.app.send_task(STEP_TASK, args=[workflow_id, step_id, version], countdown=countdown)
+
+    def backlog(self) -> int | None:
+        """Messages waiting in the queue (0 if it does not exist, None if unknown)."""
+        queue = self.app.conf.task_default_queue
+        try:
+            with self.app.connection_for_write() as conn:
+                declared = conn.default_channel.queue_declare(queue=queue, passive=True)
+                return int(declared.message_count)
+        except ChannelError:
+            return 0
+        except Exception:  # the broker is down or cannot tell: assume nothing
+            return None

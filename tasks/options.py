@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis
+from kombu.exceptions import OperationalError as BrokerError
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from config import get_settings, redact_url
@@ -33,6 +34,7 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     InterfaceError,
     ServiceUnavailableError,
     StateLockAcquisitionError,
+    BrokerError,
 )
 
 TASK_OPTIONS: dict[str, Any] = {

@@ -18,8 +18,13 @@ logger = logging.getLogger(__name__)
 
 
 def _run(task: Any, phase: str, session_id: str, version: int | None) -> dict[str, Any]:
+    request = task.request
+    repeated = bool(request.retries) or bool((request.delivery_info or {}).get("redelivered"))
+
     def run() -> Any:
-        return runtime().turns.run_phase(phase, session_id, version, task.request.id)
+        return runtime().turns.run_phase(
+            phase, session_id, version, request.id, use_cache=not repeated
+        )
 
     try:
         outcome = with_retries(task, run)
