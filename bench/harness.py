@@ -20,6 +20,7 @@ import redis
 from sqlalchemy import create_engine, func, select, text
 
 from config import Settings
+from state import keys
 from state.db import dispose_engines, get_engine, upgrade_schema
 from state.tables import inbox
 from tasks.processes import WorkerGroup
@@ -62,6 +63,7 @@ def bench_settings(**overrides: Any) -> Settings:
         "broker_url": BROKER_URL,
         "database_url": DATABASE_URL,
         "auto_migrate": False,
+        "baseline_tasks": True,
         "queue": f"bench-{uuid.uuid4().hex[:6]}",
     }
     values.update(overrides)
@@ -111,8 +113,8 @@ def answered(session_prefix: str) -> int:
         )
 
 
-def counter(key: str) -> int:
-    return int(redis.Redis.from_url(REDIS_URL).get(key) or 0)
+def counter(name: str) -> int:
+    return int(redis.Redis.from_url(REDIS_URL).get(keys.baseline_counter(name)) or 0)
 
 
 def percentile(values: list[float], p: float) -> float:

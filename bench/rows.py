@@ -17,6 +17,7 @@ from sqlalchemy import insert, select, update
 from bench import harness
 from bench.harness import say
 from config import Settings
+from state import keys
 from state.db import get_engine
 from state.session import make_message
 from state.tables import inbox, messages, sessions
@@ -136,8 +137,9 @@ def chain_latencies(settings: Settings, count: int) -> list[float]:
         links.append(app.signature("agentstate.baseline.stamp", args=[key], immutable=True))
         sent = time.time()
         chain(*links).apply_async()
-        harness.wait_until(lambda key=key: r.exists(key) == 1, 60, "a chain")
-        latencies.append(float(r.get(key) or 0) - sent)
+        stamped = keys.baseline_counter(key)
+        harness.wait_until(lambda k=stamped: r.exists(k) == 1, 60, "a chain")
+        latencies.append(float(r.get(stamped) or 0) - sent)
     return latencies[2:]
 
 
@@ -305,7 +307,7 @@ def langgraph_turns_per_second(processes: int, sessions_n: int, per_session: int
 
 def with_flower(settings: Settings) -> subprocess.Popen[bytes]:
     """Flower attached to the broker (it consumes every task event)."""
-    from tasks.processes import settings_env
+    from config import child_environment as settings_env
 
     port = _free_port()
     proc = subprocess.Popen(

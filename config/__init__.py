@@ -1,5 +1,5 @@
 """Configuration: one typed Settings read from ``AGENTSTATE_*`` variables."""
 
-from config.settings import HopPolicy, Settings, get_settings, redact_url
+from config.settings import HopPolicy, Settings, child_environment, get_settings, redact_url
 
-__all__ = ["HopPolicy", "Settings", "get_settings", "redact_url"]
+__all__ = ["HopPolicy", "Settings", "child_environment", "get_settings", "redact_url"]

@@ -8,7 +8,9 @@ from typing import Any
 
 from config.settings import Settings
 
-TASK_MODULES = ["tasks.phases", "tasks.workflow", "tasks.maintenance", "tasks.baseline"]
+TASK_MODULES = ["tasks.phases", "tasks.workflow", "tasks.maintenance"]
+# Bare tasks to measure against; off in production (they bump counters on request).
+BASELINE_MODULES = ["tasks.baseline"]
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -37,7 +39,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_send_task_events": settings.task_events,
         "task_send_sent_event": False,
         "task_default_queue": settings.queue,
-        "imports": [*TASK_MODULES, *settings.action_module_list],
+        "imports": [
+            *TASK_MODULES,
+            *(BASELINE_MODULES if settings.baseline_tasks else []),
+            *settings.action_module_list,
+        ],
         "timezone": "UTC",
         "beat_schedule": {
             "agentstate-recovery-sweep": {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from enum import StrEnum
 from functools import lru_cache
@@ -22,9 +23,10 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="AGENTSTATE_", frozen=True, extra="ignore")
 
-    redis_url: str = "redis://localhost:6379/0"
-    broker_url: str = ""
-    database_url: str = "sqlite:///agentstate.db"
+    # URLs may carry passwords: kept out of repr() so that logging Settings leaks none.
+    redis_url: str = Field("redis://localhost:6379/0", repr=False)
+    broker_url: str = Field("", repr=False)
+    database_url: str = Field("sqlite:///agentstate.db", repr=False)
     lock_timeout: float = Field(30.0, gt=0)
     session_ttl: float = Field(3600.0, gt=0)
     cache_ttl: int = Field(3600, gt=0)
@@ -41,6 +43,7 @@ class Settings(BaseSettings):
     max_recoveries: int = Field(3, ge=1)
     auto_migrate: bool = True
     queue: str = "agentstate"
+    baseline_tasks: bool = False
 
     @field_validator("agent", "queue")
     @classmethod
@@ -80,3 +83,12 @@ _CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<cred>[^/\
 def redact_url(text: str) -> str:
     """Hide the user:password part of every URL in ``text`` (for logs and errors)."""
     return _CREDENTIALS.sub(lambda m: f"{m.group('scheme')}***@", text)
+
+
+def child_environment(settings: Settings) -> dict[str, str]:
+    """This process's environment, with AGENTSTATE_* replaced by ``settings`` exactly (for
+    the worker processes the demo, tests and benchmarks start)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTSTATE_")}
+    for name, value in settings.model_dump().items():
+        env[f"AGENTSTATE_{name.upper()}"] = str(getattr(value, "value", value))
+    return env

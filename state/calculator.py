@@ -7,7 +7,9 @@ import math
 import operator
 from collections.abc import Callable, Mapping
 
-from state.errors import AgentStateError
+from state.errors import CalculationError
+
+__all__ = ["MAX_MAGNITUDE", "CalculationError", "evaluate", "format_number"]
 
 Number = int | float
 MAX_EXPRESSION_CHARS = 1000
@@ -28,10 +30,6 @@ _UNARY: dict[type[ast.unaryop], Callable[[Number], Number]] = {
     ast.USub: operator.neg,
 }
 _SYNONYMS = {"^": "**", "\u00d7": "*", "\u00f7": "/"}  # also the x and division signs
-
-
-class CalculationError(AgentStateError):
-    """An expression is not safe arithmetic, or has no finite value."""
 
 
 def evaluate(expression: str, names: Mapping[str, Number] | None = None) -> Number:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
 
-from state.errors import CorruptStateError, InvalidPayloadError
+from state.errors import CorruptStateError, InvalidPayloadError, MessageTooLargeError
+
+# An escaped NUL: "\u0000" preceded by an even number of backslashes.
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def dumps(value: Any) -> str:
@@ -23,11 +27,40 @@ def loads(raw: str | bytes) -> Any:
 
 
 def require_object(value: Any, what: str) -> dict[str, Any]:
-    """Return ``value`` if it is a JSON object that round-trips, else raise."""
+    """Return ``value`` if it is a JSON object every backend can store, else raise."""
     if not isinstance(value, dict):
         raise InvalidPayloadError(f"{what} must be a JSON object, got {type(value).__name__}")
-    dumps(value)
+    require_storable(value, what)
     return value
+
+
+def require_storable(value: Any, what: str) -> str:
+    """``value`` as JSON, refusing what some backend cannot store (NUL characters:
+    Postgres refuses them in text and JSONB; unpaired surrogates: not UTF-8)."""
+    try:
+        text = dumps(value)
+    except InvalidPayloadError as exc:
+        raise InvalidPayloadError(f"{what} is not storable JSON: {exc}") from exc
+    if _JSON_NUL.search(text):
+        raise InvalidPayloadError(f"{what} contains a NUL character")
+    return text
+
+
+def require_text(text: Any, what: str, max_bytes: int) -> int:
+    """Check a message: a string of valid UTF-8 text, no NUL, at most ``max_bytes``."""
+    if not isinstance(text, str):
+        raise InvalidPayloadError(f"{what} must be a string, got {type(text).__name__}")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidPayloadError(f"{what} is not valid text ({exc.reason})") from exc
+    if "\x00" in text:
+        raise InvalidPayloadError(f"{what} contains a NUL character")
+    if size > max_bytes:
+        raise MessageTooLargeError(
+            f"{what} is {size} bytes; the limit is {max_bytes} (AGENTSTATE_MAX_MESSAGE_BYTES)"
+        )
+    return size
 
 
 def decode_document(raw: str | bytes) -> dict[str, Any]:

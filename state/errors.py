@@ -65,3 +65,15 @@ class ServiceUnavailableError(AgentStateError):
 
 class UnknownActionError(WorkflowSpecError):
     """A workflow step names an action that is not registered."""
+
+
+class CalculationError(AgentStateError):
+    """An expression is not safe arithmetic, or has no finite value in range."""
+
+
+class ActionFailed(AgentStateError):
+    """A workflow action gave up (the ``fail`` action raises it on purpose)."""
+
+
+class ActionRegistrationError(AgentStateError):
+    """An action was registered without a name, or under a name already taken."""

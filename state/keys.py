@@ -29,6 +29,11 @@ def sweep_lock() -> str:
     return f"{PREFIX}:sweep:lock"
 
 
+def baseline_counter(name: str) -> str:
+    """A counter the bare baseline tasks (benchmarks, tests) bump or stamp."""
+    return f"{PREFIX}:baseline:{name}"
+
+
 def everything() -> str:
     """A SCAN pattern matching every key above."""
     return f"{PREFIX}:*"

@@ -300,7 +300,7 @@ def _change_from(current: Document, proposed: object) -> SessionChange:
     if not isinstance(proposed, dict):
         raise InvalidPayloadError("update_fn must return the state as a JSON object")
     doc = stamp(copy.deepcopy(proposed))
-    codec.dumps(doc)
+    codec.require_storable(doc, "the new state")
     history = doc.pop("message_history", current["message_history"])
     old_history = current["message_history"]
     if not isinstance(history, list) or history[: len(old_history)] != old_history:

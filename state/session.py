@@ -27,6 +27,18 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def iso(moment: datetime | None) -> str | None:
+    """ISO 8601 in UTC; SQLite hands timestamps back without their zone, Postgres with."""
+    if moment is None:
+        return None
+    return as_utc(moment).isoformat()
+
+
+def as_utc(moment: datetime) -> datetime:
+    """``moment`` with its zone, UTC when the database dropped it."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
 def make_message(
     role: str, content: str, metadata: dict[str, Any] | None = None, timestamp: str | None = None
 ) -> dict[str, Any]:

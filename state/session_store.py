@@ -29,7 +29,7 @@ from state.ids import new_id
 from state.machine import RESTING_STATES as RESTING
 from state.migrate import StateMigrator, stamp
 from state.quarantine import quarantine
-from state.session import SessionState, SessionStatus, make_message, utcnow
+from state.session import SessionState, SessionStatus, as_utc, make_message, utcnow
 from state.snapshot import (
     CommitResult,
     Document,
@@ -419,7 +419,7 @@ class SessionStore:
         if row is None:
             return None
         return InboxItem(
-            row.message_id, row.session_id, row.seq, row.text, row.state, row.created_at
+            row.message_id, row.session_id, row.seq, row.text, row.state, as_utc(row.created_at)
         )
 
     def queued_count(self, session_id: str) -> int:

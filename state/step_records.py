@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from state import codec
+from state.session import iso
 from state.workflow import WorkflowStepStatus
 
 Document = dict[str, Any]
@@ -108,6 +109,6 @@ def step_document(row: Any) -> Document:
         "retry_count": row.retry_count,
         "max_retries": row.max_retries,
         "error": row.error,
-        "started_at": row.started_at.isoformat() if row.started_at else None,
-        "completed_at": row.completed_at.isoformat() if row.completed_at else None,
+        "started_at": iso(row.started_at),
+        "completed_at": iso(row.completed_at),
     }

@@ -111,7 +111,7 @@ class Draft:
 
     def check_storable(self) -> None:
         """Raise InvalidPayloadError now if what the handler produced is not JSON."""
-        codec.dumps([self.doc, self.context, self.metadata, self.messages])
+        codec.require_storable([self.doc, self.context, self.metadata, self.messages], "result")
 
     def change(self) -> SessionChange:
         """The SessionChange to commit."""

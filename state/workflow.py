@@ -13,10 +13,13 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from state.errors import InvalidIdError, WorkflowSpecError
+from state.codec import require_storable
+from state.errors import InvalidIdError, InvalidPayloadError, WorkflowSpecError
 from state.ids import new_id, validate_id
 
 MAX_STEPS = 10_000
+MAX_STEP_NAME_LENGTH = 255
+MAX_NAME_LENGTH = 128
 MAX_RETRIES_LIMIT = 100
 DEFAULT_MAX_RETRIES = 3
 
@@ -187,6 +190,7 @@ def parse_spec(
     context = spec.get("context", {})
     if not isinstance(context, dict):
         raise WorkflowSpecError("'context' must be a JSON object")
+    _storable(context, "'context'")
     actions = None if known_actions is None else set(known_actions)
     steps: dict[str, WorkflowStep] = {}
     for index, raw in enumerate(raw_steps):
@@ -201,6 +205,13 @@ def parse_spec(
         steps=steps,
         context=context,
     )
+
+
+def _storable(value: object, what: str) -> None:
+    try:
+        require_storable(value, what)
+    except InvalidPayloadError as exc:
+        raise WorkflowSpecError(str(exc)) from exc
 
 
 def _optional_id(spec: dict[str, Any], key: str) -> str | None:
@@ -231,9 +242,15 @@ def _parse_step(raw: object, index: int, actions: set[str] | None) -> WorkflowSt
     inputs = raw.get("inputs", {})
     if not isinstance(inputs, dict):
         raise WorkflowSpecError(f"{where}: 'inputs' must be a JSON object")
+    _storable(inputs, f"{where}: 'inputs'")
+    if len(action) > MAX_NAME_LENGTH:
+        raise WorkflowSpecError(f"{where}: the action name is longer than {MAX_NAME_LENGTH}")
+    step_name = str(raw.get("step_name") or step_id)
+    if len(step_name) > MAX_STEP_NAME_LENGTH:
+        raise WorkflowSpecError(f"{where}: 'step_name' is longer than {MAX_STEP_NAME_LENGTH}")
     return WorkflowStep(
         step_id=step_id,
-        step_name=str(raw.get("step_name") or step_id),
+        step_name=step_name,
         status=WorkflowStepStatus.PENDING,
         dependencies=_parse_dependencies(raw.get("dependencies", []), where),
         inputs=inputs,

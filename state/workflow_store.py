@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Engine, insert, select, update
 from state import codec, pg_steps
 from state.db import autocommit_engine, read_connection
 from state.errors import StaleStateError
-from state.session import utcnow
+from state.session import iso, utcnow
 from state.step_records import (
     ClaimedStep,
     Completion,
@@ -467,8 +467,8 @@ class WorkflowStore:
             "total_steps": wf.total_steps,
             "remaining_steps": wf.remaining_steps,
             "failed_steps": wf.failed_steps,
-            "created_at": wf.created_at.isoformat(),
-            "finished_at": wf.finished_at.isoformat() if wf.finished_at else None,
+            "created_at": iso(wf.created_at),
+            "finished_at": iso(wf.finished_at),
             "steps": {row.step_id: step_document(row) for row in rows},
         }
 

@@ -14,7 +14,9 @@ from typing import Any
 
 from config import get_settings
 from state.calculator import evaluate
-from state.errors import AgentStateError
+from state.errors import ActionFailed, ActionRegistrationError, InvalidPayloadError
+
+__all__ = ["ActionFailed", "action", "get_action", "import_action_modules", "known_actions"]
 
 logger = logging.getLogger(__name__)
 
@@ -26,19 +28,17 @@ _registry: dict[str, ActionFn] = {}
 _imported_modules: set[str] = set()
 
 
-class ActionFailed(AgentStateError):
-    """Raised by the ``fail`` action (and fit for any action that gives up)."""
-
-
 def action(name: str) -> Callable[[ActionFn], ActionFn]:
     """Register the decorated function as the workflow action ``name``."""
     if not isinstance(name, str) or not name:
-        raise ValueError("an action needs a non-empty name")
+        raise ActionRegistrationError("an action needs a non-empty name")
 
     def register(fn: ActionFn) -> ActionFn:
         existing = _registry.get(name)
         if existing is not None and existing.__qualname__ != fn.__qualname__:
-            raise ValueError(f"action {name!r} is already registered by {existing.__module__}")
+            raise ActionRegistrationError(
+                f"action {name!r} is already registered by {existing.__module__}"
+            )
         _registry[name] = fn
         return fn
 
@@ -76,7 +76,7 @@ def sleep(inputs: Document, deps: Document, context: Document) -> Document:
     """Sleep ``seconds`` (at most an hour)."""
     seconds = float(inputs.get("seconds", 0))
     if not 0 <= seconds <= MAX_SLEEP_S:
-        raise ValueError(f"seconds must be between 0 and {MAX_SLEEP_S:g}")
+        raise InvalidPayloadError(f"seconds must be between 0 and {MAX_SLEEP_S:g}")
     time.sleep(seconds)
     return {"slept": seconds}
 

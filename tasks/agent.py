@@ -16,7 +16,8 @@ import re
 from typing import Any
 
 from state.agent import PhaseContext, PhaseResult, quick
-from state.calculator import CalculationError, evaluate, format_number
+from state.calculator import evaluate, format_number
+from state.errors import CalculationError
 
 Document = dict[str, Any]
 MAX_ATTEMPTS = 3

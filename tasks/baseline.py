@@ -1,7 +1,8 @@
 """Bare Celery tasks that benchmarks and tests measure agentstate against.
 
 They do what a task minimally does (no state, no lock, no database), on the same app,
-broker, serializer and event settings as the agentstate tasks.
+broker, serializer and event settings as the agentstate tasks. Workers load them only
+with AGENTSTATE_BASELINE_TASKS=true, and they touch only their own counters.
 """
 
 from __future__ import annotations
@@ -9,29 +10,30 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from state import keys
 from tasks.app import app
 
 
 @app.task(name="agentstate.baseline.noop", bind=True, acks_late=True)
-def noop(self: Any, counter_key: str | None = None) -> None:
-    """Do nothing; count completions in Redis if a key is given."""
-    if counter_key:
-        _redis().incr(counter_key)
+def noop(self: Any, counter: str | None = None) -> None:
+    """Do nothing; count completions in Redis if a counter is named."""
+    if counter:
+        _redis().incr(keys.baseline_counter(counter))
 
 
 @app.task(name="agentstate.baseline.hop", bind=True, acks_late=True)
-def hop(self: Any, remaining: int, counter_key: str | None = None) -> None:
+def hop(self: Any, remaining: int, counter: str | None = None) -> None:
     """One hop of a bare chain: enqueue the next hop until none remain."""
     if remaining > 1:
-        self.app.send_task("agentstate.baseline.hop", args=[remaining - 1, counter_key])
-    elif counter_key:
-        _redis().incr(counter_key)
+        self.app.send_task("agentstate.baseline.hop", args=[remaining - 1, counter])
+    elif counter:
+        _redis().incr(keys.baseline_counter(counter))
 
 
 @app.task(name="agentstate.baseline.stamp", bind=True, acks_late=True)
-def stamp(self: Any, key: str) -> None:
+def stamp(self: Any, counter: str) -> None:
     """Record when this task ran (the last hop of a latency probe)."""
-    _redis().set(key, repr(time.time()), ex=3600)
+    _redis().set(keys.baseline_counter(counter), repr(time.time()), ex=3600)
 
 
 def _redis() -> Any:

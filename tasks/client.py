@@ -19,8 +19,8 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from config import Settings, get_settings, redact_url
 from state.backend import Backend
-from state.codec import require_object
-from state.errors import InvalidPayloadError, MessageTooLargeError, NotFoundError
+from state.codec import require_object, require_text
+from state.errors import NotFoundError
 from state.ids import validate_id
 from state.machine import RESTING_STATES
 from state.session_store import SessionStore
@@ -63,14 +63,7 @@ class AgentClient:
         """Store the message durably, enqueue its turn, return its message id."""
         validate_id(session_id, "session")
         validate_id(user_id, "user")
-        if not isinstance(text, str):
-            raise InvalidPayloadError(f"message text must be a string, got {type(text).__name__}")
-        size = len(text.encode("utf-8"))
-        if size > self.settings.max_message_bytes:
-            raise MessageTooLargeError(
-                f"message is {size} bytes; the limit is {self.settings.max_message_bytes} "
-                "(AGENTSTATE_MAX_MESSAGE_BYTES)"
-            )
+        require_text(text, "message", self.settings.max_message_bytes)
         item = self.sessions.accept_message(session_id, user_id, text)
         if not item.needs_kick:
             return item.message_id  # the running turn takes it from the inbox when it ends

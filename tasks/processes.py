@@ -10,17 +10,10 @@ import time
 import uuid
 from pathlib import Path
 
-from config import Settings
+from config import Settings, child_environment
+from state.errors import ServiceUnavailableError
 
 READY_TIMEOUT_S = 60.0
-
-
-def settings_env(settings: Settings, base: dict[str, str] | None = None) -> dict[str, str]:
-    """An environment whose AGENTSTATE_* variables reproduce ``settings`` exactly."""
-    env = {k: v for k, v in (base or dict(os.environ)).items() if not k.startswith("AGENTSTATE_")}
-    for name, value in settings.model_dump().items():
-        env[f"AGENTSTATE_{name.upper()}"] = str(getattr(value, "value", value))
-    return env
 
 
 class WorkerGroup:
@@ -44,7 +37,7 @@ class WorkerGroup:
         self.concurrency = concurrency
         self.pool = pool
         self.cwd = cwd
-        self.env = {**settings_env(settings), **(extra_env or {})}
+        self.env = {**child_environment(settings), **(extra_env or {})}
         self.loglevel = loglevel
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.tag = uuid.uuid4().hex[:6]
@@ -96,7 +89,9 @@ class WorkerGroup:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if any(self.procs[name].poll() is not None for name in wanted):
-                raise RuntimeError(f"a worker exited at start; see the logs in {self.log_dir}")
+                raise ServiceUnavailableError(
+                    f"a worker exited at start; see the logs in {self.log_dir}"
+                )
             replies = app.control.ping(destination=sorted(wanted), timeout=0.5) or []
             if wanted <= {name for reply in replies for name in reply}:
                 return

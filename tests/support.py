@@ -11,7 +11,7 @@ import pytest
 import redis
 from sqlalchemy import create_engine, text
 
-from config import Settings
+from config import Settings, child_environment
 from tasks import processes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,6 +78,7 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         "broker_url": BROKER_URL,
         "database_url": database_url,
         "auto_migrate": False,
+        "baseline_tasks": True,
     }
     values.update(overrides)
     return Settings(**values)
@@ -85,7 +86,7 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """The AGENTSTATE_* environment that reproduces ``settings`` in a subprocess."""
-    env = processes.settings_env(settings)
+    env = child_environment(settings)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return env
 

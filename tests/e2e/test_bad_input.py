@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import func, select, update
 
 from config import Settings
+from state import keys
 from state.errors import (
     InvalidIdError,
     InvalidPayloadError,
@@ -138,10 +139,11 @@ def test_a_pickled_message_is_refused_never_executed(
     time.sleep(1.5)
     assert not marker.exists()
     redis_client = client.backend.redis
-    assert redis_client.get(counter) is None  # never executed
+    counted = keys.baseline_counter(counter)
+    assert redis_client.get(counted) is None  # never executed
     app.send_task("agentstate.baseline.noop", args=[counter])  # JSON still works
     deadline = time.monotonic() + 10
-    while redis_client.get(counter) is None and time.monotonic() < deadline:
+    while redis_client.get(counted) is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert redis_client.get(counter) == b"1"
+    assert redis_client.get(counted) == b"1"
     assert "untrusted content" in workers.logs() or "ContentDisallowed" in workers.logs()

@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from config import Settings
+from state import keys
 from state.errors import WorkflowSpecError
 from tasks.app import make_app
 from tasks.client import AgentClient
@@ -107,7 +108,7 @@ def _bare_tasks(settings: Settings, effects: redis.Redis, count: int) -> float:
     for _ in range(count):
         app.send_task("agentstate.baseline.noop", args=[key])
     deadline = time.monotonic() + 120
-    while int(effects.get(key) or 0) < count:
+    while int(effects.get(keys.baseline_counter(key)) or 0) < count:
         assert time.monotonic() < deadline, "bare tasks did not finish"
         time.sleep(0.01)
     return time.perf_counter() - started

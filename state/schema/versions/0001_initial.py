@@ -46,6 +46,14 @@ def _adopt_or_create_user_state() -> None:
 
 def upgrade() -> None:
     _adopt_or_create_user_state()
+    _create_sessions()
+    _create_messages_and_inbox()
+    _create_workflows()
+    _create_workflow_steps()
+    _create_quarantine()
+
+
+def _create_sessions() -> None:
     op.create_table(
         "sessions",
         sa.Column("session_id", ID, primary_key=True),
@@ -63,6 +71,9 @@ def upgrade() -> None:
         sa.Column("updated_at", TS, nullable=False),
     )
     op.create_index("ix_sessions_phase_updated", "sessions", ["phase", "updated_at"])
+
+
+def _create_messages_and_inbox() -> None:
     op.create_table(
         "messages",
         sa.Column("id", AUTO_ID, primary_key=True, autoincrement=True),
@@ -85,6 +96,9 @@ def upgrade() -> None:
         sa.UniqueConstraint("session_id", "seq", name="uq_inbox_session_seq"),
     )
     op.create_index("ix_inbox_state_created", "inbox", ["state", "created_at"])
+
+
+def _create_workflows() -> None:
     op.create_table(
         "workflows",
         sa.Column("workflow_id", ID, primary_key=True),
@@ -100,6 +114,9 @@ def upgrade() -> None:
         sa.Column("finished_at", TS),
     )
     op.create_index("ix_workflows_status", "workflows", ["status"])
+
+
+def _create_workflow_steps() -> None:
     op.create_table(
         "workflow_steps",
         sa.Column("workflow_id", ID, primary_key=True),
@@ -123,6 +140,9 @@ def upgrade() -> None:
         sa.Column("updated_at", TS, nullable=False),
     )
     op.create_index("ix_steps_status_updated", "workflow_steps", ["status", "updated_at"])
+
+
+def _create_quarantine() -> None:
     op.create_table(
         "quarantine",
         sa.Column("id", AUTO_ID, primary_key=True, autoincrement=True),
