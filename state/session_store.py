@@ -422,6 +422,21 @@ class SessionStore:
             row.message_id, row.session_id, row.seq, row.text, row.state, as_utc(row.created_at)
         )
 
+    def resting(self, session_id: str) -> tuple[str, int] | None:
+        """The session's phase and how many messages wait, read together in one statement
+        (read apart, a turn starting in between would look like an idle session)."""
+        queued = (
+            select(func.count())
+            .select_from(inbox)
+            .where(inbox.c.session_id == session_id, inbox.c.state == "queued")
+            .scalar_subquery()
+        )
+        with read_connection(self.engine) as conn:
+            row = conn.execute(
+                select(sessions.c.phase, queued).where(sessions.c.session_id == session_id)
+            ).first()
+        return None if row is None else (str(row[0]), int(row[1]))
+
     def queued_count(self, session_id: str) -> int:
         """How many messages wait for their turn."""
         with read_connection(self.engine) as conn:

@@ -91,11 +91,11 @@ class AgentClient:
         phase = "unknown"
         while True:
             with _outage_tolerated():
-                snapshot = self.sessions.load_from_database(session_id)
-                if snapshot is None:
+                found = self.sessions.resting(session_id)
+                if found is None:
                     raise NotFoundError(f"unknown session {session_id!r}")
-                phase = snapshot.phase
-                if phase in RESTING_STATES and not self.sessions.queued_count(session_id):
+                phase, queued = found
+                if phase in RESTING_STATES and not queued:
                     doc = self.get_session(session_id)
                     assert doc is not None
                     return doc

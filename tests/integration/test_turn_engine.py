@@ -191,3 +191,18 @@ def test_a_session_left_in_error_or_timeout_is_reset_by_resume(
     assert engine.resume(snap) == "reset"
     after = engine.sessions.load_from_database(session_id)
     assert after is not None and after.phase == "idle"
+
+
+def test_resting_reads_phase_and_queue_together(settings: Settings) -> None:
+    # wait_for_idle relies on this: a turn that starts between two separate reads would
+    # look like an idle session with nothing queued.
+    engine, dispatcher = engine_for(settings)
+    session_id = uid("s")
+    send(engine, dispatcher, session_id, "what is 9+9?")
+    assert engine.sessions.resting(session_id) == ("idle", 1)
+    _kind, args = dispatcher.sent.pop(0)
+    engine.run_phase(str(args[0]), session_id, args[2])
+    assert engine.sessions.resting(session_id) == ("planning", 0)
+    drain(engine, dispatcher)
+    assert engine.sessions.resting(session_id) == ("idle", 0)
+    assert engine.sessions.resting(uid("nobody")) is None
