@@ -23,6 +23,7 @@ from state.session import make_message
 from state.tables import inbox, messages, sessions
 from tasks.app import make_app
 from tasks.client import AgentClient
+from tasks.processes import free_port
 
 HOPS = 6
 
@@ -309,7 +310,7 @@ def with_flower(settings: Settings) -> subprocess.Popen[bytes]:
     """Flower attached to the broker (it consumes every task event)."""
     from config import child_environment as settings_env
 
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -329,11 +330,3 @@ def with_flower(settings: Settings) -> subprocess.Popen[bytes]:
     time.sleep(3.0)
     say("Flower attached")
     return proc
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

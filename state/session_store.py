@@ -183,24 +183,11 @@ class SessionStore:
         doc = new_document(snapshot.session_id, snapshot.user_id)
         doc["metadata"]["quarantined"] = reason
         apologies = self._answer_started(conn, snapshot.session_id)
-        result = conn.execute(
-            update(sessions)
-            .where(
-                sessions.c.session_id == snapshot.session_id,
-                sessions.c.version == snapshot.version,
-            )
-            .values(
-                doc=doc,
-                phase="idle",
-                status=SessionStatus.ACTIVE.value,
-                version=snapshot.version + 1,
-                message_count=snapshot.message_count + len(apologies),
-                updated_at=utcnow(),
-                deadline_at=None,
-            )
+        change = SessionChange(
+            phase="idle", status=SessionStatus.ACTIVE.value, doc=doc, new_messages=apologies
         )
-        if result.rowcount != 1:
-            raise _stale(snapshot)
+        doc.update(phase=change.phase, status=change.status)
+        self._guarded_update(conn, snapshot, change, snapshot.version + 1)
         _insert_messages(conn, snapshot.session_id, snapshot.message_count, apologies)
         logger.error(
             "session %s: stored state is corrupt, quarantined: %s", snapshot.session_id, reason
@@ -208,8 +195,8 @@ class SessionStore:
         return replace(
             snapshot,
             doc=doc,
-            phase="idle",
-            status=SessionStatus.ACTIVE.value,
+            phase=change.phase,
+            status=change.status,
             version=snapshot.version + 1,
             message_count=snapshot.message_count + len(apologies),
             deadline_at=None,

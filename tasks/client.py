@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -86,23 +86,18 @@ class AgentClient:
     def wait_for_idle(self, session_id: str, timeout: float = 30.0) -> Document:
         """Wait until the session rests (idle or clarifying) with nothing queued."""
         validate_id(session_id, "session")
-        deadline = time.monotonic() + timeout
-        delay = _FIRST_POLL_S
-        phase = "unknown"
-        while True:
-            with _outage_tolerated():
-                found = self.sessions.resting(session_id)
-                if found is None:
-                    raise NotFoundError(f"unknown session {session_id!r}")
-                phase, queued = found
-                if phase in RESTING_STATES and not queued:
-                    doc = self.get_session(session_id)
-                    assert doc is not None
-                    return doc
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"session {session_id} still in {phase!r} after {timeout:g}s")
-            time.sleep(delay)
-            delay = min(_MAX_POLL_S, delay * 2)
+        seen = {"phase": "unknown"}
+
+        def rested() -> Document | None:
+            found = self.sessions.resting(session_id)
+            if found is None:
+                raise NotFoundError(f"unknown session {session_id!r}")
+            seen["phase"], queued = found
+            if seen["phase"] not in RESTING_STATES or queued:
+                return None
+            return self.get_session(session_id)
+
+        return _poll(rested, timeout, lambda: f"session {session_id} still in {seen['phase']!r}")
 
     # -- workflows -------------------------------------------------------------
 
@@ -124,24 +119,19 @@ class AgentClient:
     def wait_for_workflow(self, workflow_id: str, timeout: float = 60.0) -> Document:
         """Wait until every step is terminal; return the workflow."""
         validate_id(workflow_id, "workflow")
-        deadline = time.monotonic() + timeout
-        delay = _FIRST_POLL_S
-        progress = "progress unknown"
-        while True:
-            with _outage_tolerated():
-                doc = self.get_workflow(workflow_id)
-                if doc is None:
-                    raise NotFoundError(f"unknown workflow {workflow_id!r}")
-                if doc["status"] in _FINISHED:
-                    return doc
-                done = doc["total_steps"] - doc["remaining_steps"]
-                progress = f"{done}/{doc['total_steps']} steps done"
-            if time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"workflow {workflow_id} unfinished after {timeout:g}s ({progress})"
-                )
-            time.sleep(delay)
-            delay = min(_MAX_POLL_S, delay * 2)
+        seen = {"progress": "progress unknown"}
+
+        def finished() -> Document | None:
+            doc = self.get_workflow(workflow_id)
+            if doc is None:
+                raise NotFoundError(f"unknown workflow {workflow_id!r}")
+            done = doc["total_steps"] - doc["remaining_steps"]
+            seen["progress"] = f"{done}/{doc['total_steps']} steps done"
+            return doc if doc["status"] in _FINISHED else None
+
+        return _poll(
+            finished, timeout, lambda: f"workflow {workflow_id} unfinished ({seen['progress']})"
+        )
 
     # -- persistent user state -------------------------------------------------
 
@@ -152,6 +142,23 @@ class AgentClient:
     def load_user_state(self, user_id: str) -> Document:
         """The user's persistent state ({} for an unknown user)."""
         return self.users.load_user_state(user_id)
+
+
+def _poll(
+    check: Callable[[], Document | None], timeout: float, describe: Callable[[], str]
+) -> Document:
+    """Call ``check`` with a growing pause until it returns something, or time out."""
+    deadline = time.monotonic() + timeout
+    delay = _FIRST_POLL_S
+    while True:
+        with _outage_tolerated():
+            found = check()
+            if found is not None:
+                return found
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{describe()} after {timeout:g}s")
+        time.sleep(delay)
+        delay = min(_MAX_POLL_S, delay * 2)
 
 
 @contextmanager

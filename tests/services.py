@@ -23,15 +23,10 @@ from pathlib import Path
 import redis
 
 from config import Settings
+from tasks.processes import free_port
 from tests.support import REPO, settings_env
 
 PG_BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"))), Path("/usr/bin"))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for_port(port: int, timeout: float = 20.0) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -17,16 +16,11 @@ import pytest
 
 from config import Settings
 from tasks.client import AgentClient
+from tasks.processes import free_port
 from tests.support import REPO, Workers, settings_env, uid
 
 pytestmark = pytest.mark.workers
 AUTH = "tester:s3cret"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _get(url: str, auth: str | None = AUTH) -> Any:
@@ -39,7 +33,7 @@ def _get(url: str, auth: str | None = AUTH) -> Any:
 
 @pytest.fixture(scope="module")
 def flower(worker_settings: Settings, workers: Workers) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,

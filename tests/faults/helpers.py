@@ -1,12 +1,64 @@
-"""What every fault test checks at the end: each accepted message answered exactly once."""
+"""Shared by the fault tests: their settings, a running system, and the final check that
+each accepted message was answered exactly once."""
 
 from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+from config import HopPolicy, Settings
 from tasks.client import AgentClient
+from tests.services import Beat
+from tests.support import Workers, make_settings, uid
+
+HOP_POLICIES = [HopPolicy.EVERY_PHASE, HopPolicy.INLINE]
+
+
+def fault_settings(database_url: str, hop_policy: HopPolicy, **overrides: Any) -> Settings:
+    """Short timeouts, a sweep every second, and a queue of the test's own."""
+    values: dict[str, Any] = {
+        "hop_policy": hop_policy,
+        "queue": uid("q"),
+        "agent": "tests.agents",
+        "action_modules": "tests.actions_for_tests",
+        "stuck_after": 2.0,
+        "sweep_interval": 1.0,
+        "max_recoveries": 20,
+        "lock_timeout": 2.0,
+        "retry_backoff": 0.2,
+    }
+    values.update(overrides)
+    return make_settings(database_url, **values)
+
+
+@contextmanager
+def running(
+    settings: Settings, log_dir: Path, workers: int = 2
+) -> Iterator[tuple[AgentClient, Workers]]:
+    """Workers and a beat process (so the recovery sweep runs), and a client."""
+    pool = Workers(settings, log_dir, count=workers).start()
+    beat = Beat(settings, log_dir).start()
+    try:
+        yield AgentClient(settings), pool
+    finally:
+        beat.stop()
+        pool.stop()
+
+
+def send_waves(client: AgentClient, sessions: list[str], waves: int) -> dict[str, list[str]]:
+    """One arithmetic question per session per wave; returns what was sent where."""
+    user = uid("u")
+    sent: dict[str, list[str]] = {s: [] for s in sessions}
+    for wave in range(waves):
+        for i, session_id in enumerate(sessions):
+            text = f"what is {wave + 3}*{i + 20}?"
+            client.send_message(session_id, text, user_id=user)
+            sent[session_id].append(text)
+    return sent
 
 
 def wait_all_idle(client: AgentClient, sessions: list[str], timeout: float) -> None:

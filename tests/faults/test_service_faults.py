@@ -16,35 +16,24 @@ from config import HopPolicy, Settings
 from state.db import get_engine, upgrade_schema
 from tasks.client import AgentClient
 from tests.actions_for_tests import effects_key
-from tests.faults.helpers import assert_answered_exactly_once, wait_all_idle
+from tests.faults.helpers import (
+    HOP_POLICIES,
+    assert_answered_exactly_once,
+    fault_settings,
+    running,
+    send_waves,
+    wait_all_idle,
+)
 from tests.services import Beat, CommitDropper, PrivatePostgres, PrivateRedis
-from tests.support import BROKER_URL, PG_URL, REDIS_URL, Workers, make_settings, uid
+from tests.support import BROKER_URL, PG_URL, REDIS_URL, Workers, uid
 
 pytestmark = [pytest.mark.faults, pytest.mark.workers]
 
 
-@pytest.fixture(params=[HopPolicy.EVERY_PHASE, HopPolicy.INLINE])
+@pytest.fixture(params=HOP_POLICIES)
 def hop_policy(request: pytest.FixtureRequest) -> HopPolicy:
     """Every fault test runs under both hop policies: the guarantees must not depend on it."""
     return HopPolicy(request.param)
-
-
-def _settings(
-    database_url: str, redis_url: str, broker_url: str, hop_policy: HopPolicy
-) -> Settings:
-    return make_settings(
-        database_url,
-        hop_policy=hop_policy,
-        redis_url=redis_url,
-        broker_url=broker_url,
-        queue=uid("q"),
-        action_modules="tests.actions_for_tests",
-        stuck_after=2.0,
-        sweep_interval=1.0,
-        max_recoveries=20,
-        lock_timeout=3.0,
-        retry_backoff=0.2,
-    )
 
 
 @pytest.fixture
@@ -61,27 +50,24 @@ def private_pg(redis_url: str) -> Iterator[PrivatePostgres]:
     server.close()
 
 
-def _send_waves(client: AgentClient, sessions: list[str], waves: int) -> dict[str, list[str]]:
-    user = uid("u")
-    sent: dict[str, list[str]] = {s: [] for s in sessions}
-    for wave in range(waves):
-        for i, session_id in enumerate(sessions):
-            text = f"what is {wave + 3}*{i + 20}?"
-            client.send_message(session_id, text, user_id=user)
-            sent[session_id].append(text)
-    return sent
+def _on_redis(pg_url: str, server: PrivateRedis, hop_policy: HopPolicy) -> Settings:
+    return fault_settings(
+        pg_url,
+        hop_policy,
+        redis_url=f"{server.url}/0",
+        broker_url=f"{server.url}/1",
+        agent="tasks.agent",
+        lock_timeout=3.0,
+    )
 
 
 def test_flushall_mid_run_then_restart_and_sweep(
     pg_url: str, private_redis: PrivateRedis, tmp_path: Path, hop_policy: HopPolicy
 ) -> None:
-    settings = _settings(pg_url, f"{private_redis.url}/0", f"{private_redis.url}/1", hop_policy)
-    pool = Workers(settings, tmp_path, count=2).start()
-    beat = Beat(settings, tmp_path).start()
-    try:
-        client = AgentClient(settings)
+    settings = _on_redis(pg_url, private_redis, hop_policy)
+    with running(settings, tmp_path) as (client, pool):
         sessions = [uid("s") for _ in range(10)]
-        sent = _send_waves(client, sessions, waves=3)
+        sent = send_waves(client, sessions, waves=3)
         time.sleep(0.3)
         private_redis.flushall()  # queued tasks, locks and cache: all gone
         pool.stop()
@@ -89,37 +75,26 @@ def test_flushall_mid_run_then_restart_and_sweep(
         pool.start()  # a restarted worker declares its queue again
         wait_all_idle(client, sessions, timeout=120)
         assert assert_answered_exactly_once(client, sent) == 30
-    finally:
-        beat.stop()
-        pool.stop()
 
 
 def test_redis_down_then_back_work_continues(
     pg_url: str, private_redis: PrivateRedis, tmp_path: Path, hop_policy: HopPolicy
 ) -> None:
-    settings = _settings(pg_url, f"{private_redis.url}/0", f"{private_redis.url}/1", hop_policy)
-    pool = Workers(settings, tmp_path, count=2).start()
-    beat = Beat(settings, tmp_path).start()
-    try:
-        client = AgentClient(settings)
+    settings = _on_redis(pg_url, private_redis, hop_policy)
+    with running(settings, tmp_path) as (client, _pool):
         sessions = [uid("s") for _ in range(10)]
-        sent = _send_waves(client, sessions, waves=2)
+        sent = send_waves(client, sessions, waves=2)
         time.sleep(0.2)
         private_redis.stop()
         # While Redis is down, messages are still accepted: they are durable in Postgres.
         for i, session_id in enumerate(sessions):
             text = f"what is 9*{i + 20}?"
-            client.send_message(
-                session_id, text, user_id="down-user" if False else _owner(client, session_id)
-            )
+            client.send_message(session_id, text, user_id=_owner(client, session_id))
             sent[session_id].append(text)
         time.sleep(2.0)
         private_redis.start()  # empty: no persistence, like the shared server
         wait_all_idle(client, sessions, timeout=180)
         assert assert_answered_exactly_once(client, sent) == 30
-    finally:
-        beat.stop()
-        pool.stop()
 
 
 def _owner(client: AgentClient, session_id: str) -> str:
@@ -132,20 +107,16 @@ def test_postgres_restarted_mid_run(
     private_pg: PrivatePostgres, tmp_path: Path, hop_policy: HopPolicy
 ) -> None:
     upgrade_schema(get_engine(private_pg.url))
-    settings = _settings(private_pg.url, REDIS_URL, BROKER_URL, hop_policy)
-    pool = Workers(settings, tmp_path, count=2).start()
-    beat = Beat(settings, tmp_path).start()
+    settings = fault_settings(private_pg.url, hop_policy, agent="tasks.agent", lock_timeout=3.0)
     try:
-        client = AgentClient(settings)
-        sessions = [uid("s") for _ in range(10)]
-        sent = _send_waves(client, sessions, waves=3)
-        time.sleep(0.3)
-        private_pg.restart()  # every pooled connection dies
-        wait_all_idle(client, sessions, timeout=180)
-        assert assert_answered_exactly_once(client, sent) == 30
+        with running(settings, tmp_path) as (client, _pool):
+            sessions = [uid("s") for _ in range(10)]
+            sent = send_waves(client, sessions, waves=3)
+            time.sleep(0.3)
+            private_pg.restart()  # every pooled connection dies
+            wait_all_idle(client, sessions, timeout=180)
+            assert assert_answered_exactly_once(client, sent) == 30
     finally:
-        beat.stop()
-        pool.stop()
         get_engine(private_pg.url).dispose()
 
 
@@ -154,17 +125,22 @@ def test_lost_commit_acknowledgements_never_apply_a_change_twice(
 ) -> None:
     port = int(PG_URL.rsplit(":", 1)[1].split("/")[0])
     dropper = CommitDropper(port, probability=0.15)
-    proxied = pg_url.replace(f":{port}/", f":{dropper.port}/")
-    settings = _settings(proxied, REDIS_URL, BROKER_URL, hop_policy)
-    direct = _settings(pg_url, settings.redis_url, settings.broker_url, hop_policy).model_copy(
-        update={"queue": settings.queue}
+    # Workers reach Postgres through the proxy; the client and beat go direct.
+    proxied = fault_settings(
+        pg_url.replace(f":{port}/", f":{dropper.port}/"),
+        hop_policy,
+        agent="tasks.agent",
+        lock_timeout=3.0,
+        redis_url=REDIS_URL,
+        broker_url=BROKER_URL,
     )
-    pool = Workers(settings, tmp_path, count=2).start()
+    direct = proxied.model_copy(update={"database_url": pg_url})
+    pool = Workers(proxied, tmp_path, count=2).start()
     beat = Beat(direct, tmp_path).start()
     try:
         client = AgentClient(direct)
         sessions = [uid("s") for _ in range(6)]
-        sent = _send_waves(client, sessions, waves=4)
+        sent = send_waves(client, sessions, waves=4)
         run = uid("run")
         steps = [
             {
@@ -184,10 +160,8 @@ def test_lost_commit_acknowledgements_never_apply_a_change_twice(
         assert outputs == {f"c{i}": 1 + i // 5 for i in range(30)}  # a chain of sums
         assert dropper.dropped > 0, "the proxy never dropped an acknowledgement"
         print(f"\n{dropper.dropped} of {dropper.commits} commit acknowledgements dropped")
-        counts = redis.Redis.from_url(settings.redis_url, decode_responses=True).hgetall(
-            effects_key(run)
-        )
-        assert set(counts) == {f"c{i}" for i in range(30)}
+        effects = redis.Redis.from_url(proxied.redis_url, decode_responses=True)
+        assert set(effects.hgetall(effects_key(run))) == {f"c{i}" for i in range(30)}
     finally:
         beat.stop()
         pool.stop()

@@ -12,31 +12,21 @@ from pathlib import Path
 import pytest
 import redis
 
-from config import HopPolicy, Settings
+from config import Settings
 from tasks.client import AgentClient
 from tests.actions_for_tests import effects_key
-from tests.faults.helpers import assert_answered_exactly_once, wait_all_idle
+from tests.faults.helpers import HOP_POLICIES, assert_answered_exactly_once, wait_all_idle
+from tests.faults.helpers import fault_settings as make_fault_settings
 from tests.services import Beat
-from tests.support import Workers, make_settings, uid
+from tests.support import Workers, uid
 
 pytestmark = [pytest.mark.faults, pytest.mark.workers]
 
 
-@pytest.fixture(params=[HopPolicy.EVERY_PHASE, HopPolicy.INLINE])
+@pytest.fixture(params=HOP_POLICIES)
 def fault_settings(pg_url: str, request: pytest.FixtureRequest) -> Settings:
     """Every fault test runs under both hop policies: the guarantees must not depend on it."""
-    return make_settings(
-        pg_url,
-        hop_policy=request.param,
-        queue=uid("q"),
-        agent="tests.agents",
-        action_modules="tests.actions_for_tests",
-        stuck_after=2.0,
-        sweep_interval=1.0,
-        max_recoveries=20,
-        lock_timeout=2.0,
-        retry_backoff=0.2,
-    )
+    return make_fault_settings(pg_url, request.param)
 
 
 @pytest.fixture
