@@ -20,9 +20,9 @@ import redis
 from sqlalchemy import create_engine, func, select, text
 
 from config import Settings
-from state import keys
-from state.db import dispose_engines, get_engine, upgrade_schema
-from state.tables import inbox
+from state.storage import keys
+from state.storage.db import dispose_engines, get_engine, upgrade_schema
+from state.storage.tables import inbox
 from tasks.processes import WorkerGroup
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,10 +17,10 @@ from sqlalchemy import insert, select, update
 from bench import harness
 from bench.harness import say
 from config import Settings
-from state import keys
-from state.db import get_engine
 from state.session import make_message
-from state.tables import inbox, messages, sessions
+from state.storage import keys
+from state.storage.db import get_engine
+from state.storage.tables import inbox, messages, sessions
 from tasks.app import make_app
 from tasks.client import AgentClient
 from tasks.processes import free_port
@@ -107,8 +107,8 @@ def _latencies_from_timestamps(session_id: str) -> list[float]:
             row.message_id: row.created_at
             for row in conn.execute(select(inbox).where(inbox.c.session_id == session_id))
         }
-    from state.backend import Backend
-    from state.session_store import SessionStore
+    from state.sessions.store import SessionStore
+    from state.storage.backend import Backend
 
     backend = Backend.build(harness.bench_settings())
     history = SessionStore(backend.engine, backend.cache).history(session_id)
@@ -250,7 +250,7 @@ def _bump(doc: dict[str, Any]) -> dict[str, Any]:
 def _raw_lock_loop(n: int, key: str, out: Any) -> None:
     import redis as redis_lib
 
-    from state.redisconn import RELEASE
+    from state.storage.redis_client import RELEASE
 
     r = redis_lib.Redis.from_url(harness.REDIS_URL)
     release = r.register_script(RELEASE)

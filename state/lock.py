@@ -23,16 +23,23 @@ from typing import Any
 import redis
 
 from config import Settings, get_settings
-from state import codec, keys
-from state.backend import Backend
-from state.cache import CachedEntry, decode_entry
+from state.documents import codec
 from state.errors import CorruptStateError, InvalidPayloadError, StateLockAcquisitionError
 from state.ids import validate_id
 from state.machine import STATES
 from state.migrate import stamp
-from state.redisconn import ACQUIRE, ACQUIRE_AND_READ, CACHE_PUT_AND_RELEASE, RELEASE, RENEW
 from state.session import ROLES, SessionState
-from state.session_store import SessionChange, SessionStore, Snapshot, full_document, new_document
+from state.sessions.store import SessionChange, SessionStore, Snapshot, full_document, new_document
+from state.storage import keys
+from state.storage.backend import Backend
+from state.storage.cache import CachedEntry, decode_entry
+from state.storage.redis_client import (
+    ACQUIRE,
+    ACQUIRE_AND_READ,
+    CACHE_PUT_AND_RELEASE,
+    RELEASE,
+    RENEW,
+)
 from state.ticker import Ticker
 
 __all__ = ["DistributedStateSync", "LockHandle", "StateLockAcquisitionError"]

@@ -14,13 +14,14 @@ import redis
 from sqlalchemy import Connection, Engine
 
 from config import Settings
-from state import keys, users
-from state.backend import Backend
-from state.codec import decode_document, require_object
-from state.db import get_engine
+from state.documents.codec import decode_document, require_object
 from state.errors import CorruptStateError, FutureVersionError, MigrationError
 from state.ids import validate_id
 from state.migrate import StateMigrator, stamp
+from state.storage import keys
+from state.storage import user_rows as users
+from state.storage.backend import Backend
+from state.storage.db import get_engine
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from state.codec import require_storable
+from state.documents.codec import require_storable
 from state.errors import InvalidIdError, InvalidPayloadError, WorkflowSpecError
 from state.ids import new_id, validate_id
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from state import keys
+from state.storage import keys
 from tasks.app import app
 
 
@@ -38,6 +38,6 @@ def stamp(self: Any, counter: str) -> None:
 
 def _redis() -> Any:
     from config import get_settings
-    from state.redisconn import get_redis
+    from state.storage.redis_client import get_redis
 
     return get_redis(get_settings().redis_url)

@@ -166,7 +166,7 @@ def _emit(args: argparse.Namespace, data: Any, human: Callable[[], None]) -> Non
 
 def cmd_db_upgrade(args: argparse.Namespace) -> None:
     """Create or upgrade the schema."""
-    from state.db import get_engine, upgrade_schema
+    from state.storage.db import get_engine, upgrade_schema
 
     settings = get_settings()
     revision = upgrade_schema(get_engine(settings.database_url))
@@ -249,7 +249,7 @@ def cmd_recover(args: argparse.Namespace) -> None:
 
 def cmd_migrate(args: argparse.Namespace) -> None:
     """Migrate every stored document."""
-    from state.bulk import migrate_sessions, migrate_users
+    from state.documents.bulk import migrate_sessions, migrate_users
     from tasks.runtime import runtime
 
     if args.batch < 1:

@@ -18,15 +18,15 @@ from kombu.exceptions import OperationalError as BrokerError
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from config import Settings, get_settings, redact_url
-from state.backend import Backend
-from state.codec import require_object, require_text
+from state.documents.codec import require_object, require_text
 from state.errors import NotFoundError
 from state.ids import validate_id
 from state.machine import RESTING_STATES
-from state.session_store import SessionStore
+from state.sessions.store import SessionStore
+from state.storage.backend import Backend
 from state.store import PersistentStateManager
-from state.workflow_engine import WorkflowEngine
-from state.workflow_store import WorkflowStore
+from state.workflows.engine import WorkflowEngine
+from state.workflows.store import WorkflowStore
 from tasks.actions import get_action, known_actions
 from tasks.app import app as default_app
 from tasks.app import make_app

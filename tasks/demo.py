@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from config import get_settings, redact_url
-from state.db import get_engine, upgrade_schema
+from state.storage.db import get_engine, upgrade_schema
 from tasks import progress
 from tasks.processes import WorkerGroup
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from state.recovery.queries import expire_idle_sessions
 from state.session import utcnow
-from state.sweep_queries import expire_idle_sessions
 from tasks.app import app
 from tasks.options import TASK_OPTIONS, with_retries
 from tasks.runtime import runtime

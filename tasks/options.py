@@ -17,7 +17,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from config import get_settings, redact_url
 from state.errors import ServiceUnavailableError, StateLockAcquisitionError
-from state.workflow_engine import retry_delay_s
+from state.workflows.engine import retry_delay_s
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """One thin task per FSM work phase, plus the durable execution-timeout check.
 
-Each task hands its delivery to the turn engine in ``state.turns``; a delivery that is a
+Each task hands its delivery to the turn engine in ``state.turns.engine``; a delivery that is a
 duplicate, or that lost a race to another writer, is dropped without effect.
 """
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from config import get_settings
 from state.agent import load_agent
-from state.backend import Backend, default_backend, reset_backends
-from state.recovery import RecoverySweep
-from state.turns import TurnEngine
-from state.workflow_engine import WorkflowEngine
-from state.workflow_store import WorkflowStore
+from state.recovery.sweep import RecoverySweep
+from state.storage.backend import Backend, default_backend, reset_backends
+from state.turns.engine import TurnEngine
+from state.workflows.engine import WorkflowEngine
+from state.workflows.store import WorkflowStore
 from tasks.actions import get_action, known_actions
 from tasks.app import app
 from tasks.dispatch import CeleryDispatcher

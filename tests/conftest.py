@@ -10,9 +10,9 @@ import pytest
 import redis
 
 from config import Settings
-from state.backend import reset_backends
-from state.db import dispose_engines, get_engine, upgrade_schema
-from state.redisconn import forget_clients
+from state.storage.backend import reset_backends
+from state.storage.db import dispose_engines, get_engine, upgrade_schema
+from state.storage.redis_client import forget_clients
 from tests.support import (
     BROKER_URL,
     PG_URL,

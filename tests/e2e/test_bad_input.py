@@ -11,7 +11,6 @@ import pytest
 from sqlalchemy import func, select, update
 
 from config import Settings
-from state import keys
 from state.errors import (
     InvalidIdError,
     InvalidPayloadError,
@@ -19,7 +18,8 @@ from state.errors import (
     NotFoundError,
     SessionOwnershipError,
 )
-from state.tables import inbox, sessions
+from state.storage import keys
+from state.storage.tables import inbox, sessions
 from tasks.app import make_app
 from tasks.client import AgentClient
 from tests.support import Workers, uid

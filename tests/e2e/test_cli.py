@@ -67,7 +67,7 @@ def test_help_explains_every_command(cli: Settings) -> None:
 def test_db_upgrade_is_idempotent(cli: Settings) -> None:
     result = run(cli, "db", "upgrade", "--json")
     assert result.returncode == 0, result.stderr
-    from state.db import get_engine, head_revision
+    from state.storage.db import get_engine, head_revision
 
     assert json.loads(result.stdout)["revision"] == head_revision(get_engine(cli.database_url))
 

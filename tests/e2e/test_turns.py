@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from config import Settings
-from state.session_store import SessionChange
+from state.sessions.store import SessionChange
 from tasks.app import make_app
 from tasks.client import AgentClient
 from tests.support import Workers, uid

@@ -9,8 +9,8 @@ import pytest
 import redis
 
 from config import Settings
-from state import keys
 from state.errors import WorkflowSpecError
+from state.storage import keys
 from tasks.app import make_app
 from tasks.client import AgentClient
 from tests.actions_for_tests import effects_key

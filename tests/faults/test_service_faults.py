@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from config import HopPolicy, Settings
-from state.db import get_engine, upgrade_schema
+from state.storage.db import get_engine, upgrade_schema
 from tasks.client import AgentClient
 from tests.actions_for_tests import effects_key
 from tests.faults.helpers import (

@@ -7,10 +7,10 @@ import time
 import redis
 
 from config import Settings
-from state import keys
-from state.backend import Backend
-from state.cache import StateCache
-from state.session_store import SessionChange, SessionStore
+from state.sessions.store import SessionChange, SessionStore
+from state.storage import keys
+from state.storage.backend import Backend
+from state.storage.cache import StateCache
 from state.store import PersistentStateManager
 from tests.support import make_settings, uid
 

@@ -12,9 +12,9 @@ import pytest
 import redis
 
 from config import Settings
-from state import keys
 from state.errors import StaleStateError, StateLockAcquisitionError
 from state.lock import DistributedStateSync
+from state.storage import keys
 from tests.support import make_settings, uid
 
 PROCESSES = 8

@@ -8,7 +8,6 @@ import pytest
 from sqlalchemy import func, select, text
 
 from config import Settings
-from state.backend import Backend
 from state.errors import (
     CorruptStateError,
     FutureVersionError,
@@ -18,11 +17,12 @@ from state.errors import (
 )
 from state.migrate import CURRENT_VERSION
 from state.session import make_message
-from state.session_store import SessionChange, SessionStore
+from state.sessions.store import SessionChange, SessionStore
+from state.storage.backend import Backend
+from state.storage.tables import inbox, messages, quarantine, sessions, user_state
 from state.store import PersistentStateManager
-from state.tables import inbox, messages, quarantine, sessions, user_state
 from state.workflow import parse_spec
-from state.workflow_store import WorkflowStore
+from state.workflows.store import WorkflowStore
 from tests.support import uid
 
 

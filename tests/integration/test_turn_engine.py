@@ -9,11 +9,11 @@ from sqlalchemy import update
 
 from config import HopPolicy, Settings
 from state.agent import load_agent
-from state.backend import Backend
 from state.dispatch import RecordingDispatcher
-from state.session_store import SessionChange
-from state.tables import sessions
-from state.turns import TurnEngine
+from state.sessions.store import SessionChange
+from state.storage.backend import Backend
+from state.storage.tables import sessions
+from state.turns.engine import TurnEngine
 from tasks.actions import known_actions
 from tests.support import make_settings, uid
 

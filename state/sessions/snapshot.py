@@ -1,6 +1,6 @@
 """The values SessionStore reads and writes: a session snapshot, a change, an inbox item.
 
-Split out of state.session_store (which re-exports them) to keep that module a readable size.
+Split out of state.sessions.store (which re-exports them) to keep that module a readable size.
 """
 
 from __future__ import annotations

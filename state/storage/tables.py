@@ -25,7 +25,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeEngine
 
-from state import codec
+from state.documents import codec
 
 ID = String(128)
 # SQLite only auto-increments an INTEGER PRIMARY KEY.

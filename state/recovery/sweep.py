@@ -20,20 +20,20 @@ from functools import partial
 
 import redis
 
-from state import keys
 from state.errors import AgentStateError
-from state.session import utcnow
-from state.snapshot import Snapshot
-from state.sweep_queries import (
+from state.recovery.queries import (
     note_session_recovery,
     note_step_recovery,
     sessions_waiting_in_inbox,
     stuck_sessions,
     stuck_steps,
 )
-from state.turns import ERROR_REPLY, TurnEngine
-from state.workflow_engine import WorkflowEngine
-from state.workflow_store import RUNNING
+from state.session import utcnow
+from state.sessions.snapshot import Snapshot
+from state.storage import keys
+from state.turns.engine import ERROR_REPLY, TurnEngine
+from state.workflows.engine import WorkflowEngine
+from state.workflows.store import RUNNING
 
 logger = logging.getLogger(__name__)
 

@@ -20,22 +20,23 @@ import redis
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from config import HopPolicy
-from state import keys, users
 from state.agent import Agent, PhaseContext, PhaseResult
-from state.backend import Backend
 from state.dispatch import Dispatcher
 from state.errors import InvalidTransitionError, StaleStateError, StateLockAcquisitionError
 from state.lock import DistributedStateSync, LockHandle
 from state.machine import RESTING_STATES, WORK_PHASES
 from state.session import make_message, utcnow
-from state.session_store import CommitResult, InboxItem, SessionStore, Snapshot
+from state.sessions.store import CommitResult, InboxItem, SessionStore, Snapshot
+from state.storage import keys
+from state.storage import user_rows as users
+from state.storage.backend import Backend
 from state.store import PersistentStateManager
 from state.ticker import Ticker
-from state.turn_draft import Draft, Followups, PhaseOutcome
+from state.turns.draft import Draft, Followups, PhaseOutcome
 from state.workflow import parse_spec
-from state.workflow_store import WorkflowStore
+from state.workflows.store import WorkflowStore
 
-# The per-phase values live in state.turn_draft; they are re-exported here for importers.
+# The per-phase values live in state.turns.draft; they are re-exported here for importers.
 __all__ = [
     "DEFAULT_REPLY",
     "ERROR_REPLY",

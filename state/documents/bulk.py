@@ -10,13 +10,13 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from state import codec
-from state.db import read_connection
+from state.documents import codec
 from state.errors import CorruptStateError, FutureVersionError, MigrationError
 from state.migrate import StateMigrator
-from state.session_store import SessionStore
+from state.sessions.store import SessionStore
+from state.storage.db import read_connection
+from state.storage.tables import sessions, user_state
 from state.store import PersistentStateManager
-from state.tables import sessions, user_state
 
 logger = logging.getLogger(__name__)
 

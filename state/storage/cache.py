@@ -12,8 +12,8 @@ from typing import Any
 
 import redis
 
-from state import codec
-from state.redisconn import CACHE_PUT
+from state.documents import codec
+from state.storage.redis_client import CACHE_PUT
 
 logger = logging.getLogger(__name__)
 

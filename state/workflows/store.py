@@ -15,11 +15,14 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, insert, select, update
 
-from state import codec, pg_steps
-from state.db import autocommit_engine, read_connection
+from state.documents import codec
 from state.errors import StaleStateError
 from state.session import iso, utcnow
-from state.step_records import (
+from state.storage.db import autocommit_engine, read_connection
+from state.storage.tables import steps, workflows
+from state.workflow import WorkflowState, WorkflowStepStatus
+from state.workflows import store_postgres as pg_steps
+from state.workflows.records import (
     ClaimedStep,
     Completion,
     Dispatch,
@@ -29,10 +32,8 @@ from state.step_records import (
     step_document,
     step_row,
 )
-from state.tables import steps, workflows
-from state.workflow import WorkflowState, WorkflowStepStatus
 
-# The value types live in state.step_records; they are re-exported here for existing importers.
+# The value types live in state.workflows.records; they are re-exported here for existing importers.
 __all__ = [
     "FAILED",
     "PENDING",

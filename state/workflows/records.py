@@ -1,6 +1,6 @@
 """What WorkflowStore hands out (claims, completions) and how steps map to and from rows.
 
-Split out of state.workflow_store (which re-exports them) to keep that module a readable size.
+Split out of state.workflows.store (which re-exports them) to keep that module a readable size.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from state import codec
+from state.documents import codec
 from state.session import iso
 from state.workflow import WorkflowStepStatus
 

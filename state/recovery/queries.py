@@ -10,12 +10,12 @@ from datetime import datetime
 
 from sqlalchemy import Engine, and_, or_, select, update
 
-from state.db import read_connection
 from state.machine import RESTING_STATES as RESTING
 from state.session import SessionStatus, utcnow
-from state.snapshot import Snapshot
-from state.tables import inbox, sessions, steps
-from state.workflow_store import PENDING, RETRYING, RUNNING, step_at
+from state.sessions.snapshot import Snapshot
+from state.storage.db import read_connection
+from state.storage.tables import inbox, sessions, steps
+from state.workflows.store import PENDING, RETRYING, RUNNING, step_at
 
 # -- sessions ------------------------------------------------------------------
 

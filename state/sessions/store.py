@@ -15,9 +15,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from state import codec, keys, pg_fastpath
-from state.cache import CachedEntry, StateCache
-from state.db import autocommit_engine, read_connection
+from state.documents import codec
+from state.documents.quarantine import quarantine
 from state.errors import (
     CorruptStateError,
     FutureVersionError,
@@ -28,9 +27,9 @@ from state.errors import (
 from state.ids import new_id
 from state.machine import RESTING_STATES as RESTING
 from state.migrate import StateMigrator, stamp
-from state.quarantine import quarantine
 from state.session import SessionState, SessionStatus, as_utc, make_message, utcnow
-from state.snapshot import (
+from state.sessions import store_postgres as pg_fastpath
+from state.sessions.snapshot import (
     CommitResult,
     Document,
     InboxItem,
@@ -38,9 +37,12 @@ from state.snapshot import (
     Snapshot,
     TransactionOp,
 )
-from state.tables import inbox, messages, sessions
+from state.storage import keys
+from state.storage.cache import CachedEntry, StateCache
+from state.storage.db import autocommit_engine, read_connection
+from state.storage.tables import inbox, messages, sessions
 
-# The value types live in state.snapshot; they are re-exported here for existing importers.
+# The value types live in state.sessions.snapshot; they are re-exported here for existing importers.
 __all__ = [
     "CommitResult",
     "Document",

@@ -1,6 +1,6 @@
 """The per-phase values of the turn engine: its outcome, its follow-ups and its draft change.
 
-Split out of state.turns (which re-exports them) to keep it a readable size; must not import it.
+Kept apart from the engine so the rules and the engine can share them without a cycle.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from state import codec
+from state.documents import codec
 from state.machine import AgentStateMachine
 from state.session import SessionStatus, make_message, utcnow
-from state.snapshot import SessionChange, Snapshot
+from state.sessions.snapshot import SessionChange, Snapshot
 
 Document = dict[str, Any]
 

@@ -14,8 +14,9 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from state import codec, pg_prepared
+from state.documents import codec
 from state.session import utcnow
+from state.storage import prepared as pg_prepared
 
 Document = dict[str, Any]
 

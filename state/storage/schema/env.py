@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection, create_engine
 
-from state.tables import Base
+from state.storage.tables import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -9,12 +9,12 @@ from dataclasses import replace
 from typing import Any
 
 from config import Settings
-from state import codec
 from state.dispatch import Dispatcher
+from state.documents import codec
 from state.errors import InvalidPayloadError, StaleStateError, WorkflowSpecError
 from state.ticker import Ticker
 from state.workflow import WorkflowState, parse_spec
-from state.workflow_store import ClaimedStep, Completion, Leftover, WorkflowStore
+from state.workflows.store import ClaimedStep, Completion, Leftover, WorkflowStore
 
 logger = logging.getLogger(__name__)
 

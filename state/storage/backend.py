@@ -9,9 +9,9 @@ from redis import Redis
 from sqlalchemy import Engine
 
 from config import Settings, get_settings
-from state.cache import StateCache
-from state.db import get_engine
-from state.redisconn import get_redis
+from state.storage.cache import StateCache
+from state.storage.db import get_engine
+from state.storage.redis_client import get_redis
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,12 @@ from typing import Any
 from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from state import codec
+from state.documents import codec
+from state.documents.quarantine import quarantine
 from state.errors import CorruptStateError, FutureVersionError, MigrationError
 from state.migrate import StateMigrator, stamp
-from state.quarantine import quarantine
 from state.session import utcnow
-from state.tables import user_state
+from state.storage.tables import user_state
 
 logger = logging.getLogger(__name__)
 
