@@ -171,7 +171,7 @@ def grow_history(session_id: str, extra: int) -> None:
         conn.execute(
             update(sessions)
             .where(sessions.c.session_id == session_id)
-            .values(message_count=count + extra, version=sessions.c.version + 1)
+            .values(message_count=count + extra, revision=sessions.c.revision + 1)
         )
 
 

@@ -4,7 +4,7 @@ An agent is a module (named by ``AGENTSTATE_AGENT``) with one function per work 
 ``understanding``, ``planning``, ``retrieving``, ``executing``, ``evaluating`` and
 ``generating``. Each takes a :class:`PhaseContext` and returns a :class:`PhaseResult`:
 what changed and the FSM trigger to fire. Handlers do not write anything themselves;
-the engine commits their result together with the phase's version bump, so a duplicate
+the engine commits their result together with the phase's revision bump, so a duplicate
 delivery can never apply it twice. A handler decorated with :func:`quick` promises to
 finish in milliseconds, which lets the ``inline`` hop policy run it without a broker hop.
 """

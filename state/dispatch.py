@@ -6,17 +6,17 @@ from typing import Protocol
 
 
 class Dispatcher(Protocol):
-    """Enqueues work. Every message carries the version it expects, so duplicates are
+    """Enqueues work. Every message carries the revision it expects, so duplicates are
     harmless and a dispatch may safely be repeated."""
 
-    def phase(self, phase: str, session_id: str, version: int | None) -> None:
-        """Run ``phase`` of the session at ``version`` (None: start a turn if idle)."""
+    def phase(self, phase: str, session_id: str, revision: int | None) -> None:
+        """Run ``phase`` of the session at ``revision`` (None: start a turn if idle)."""
 
     def timeout(self, session_id: str, deadline: float, delay_s: float) -> None:
         """Check the session's execution deadline after ``delay_s`` seconds."""
 
-    def step(self, workflow_id: str, step_id: str, version: int, delay_s: float = 0.0) -> None:
-        """Run a workflow step at ``version`` after ``delay_s`` seconds."""
+    def step(self, workflow_id: str, step_id: str, revision: int, delay_s: float = 0.0) -> None:
+        """Run a workflow step at ``revision`` after ``delay_s`` seconds."""
 
     def backlog(self) -> int | None:
         """How many messages wait in the queue (None if the broker cannot tell)."""
@@ -28,14 +28,14 @@ class RecordingDispatcher:
     def __init__(self) -> None:
         self.sent: list[tuple[str, tuple[object, ...]]] = []
 
-    def phase(self, phase: str, session_id: str, version: int | None) -> None:
-        self.sent.append(("phase", (phase, session_id, version)))
+    def phase(self, phase: str, session_id: str, revision: int | None) -> None:
+        self.sent.append(("phase", (phase, session_id, revision)))
 
     def timeout(self, session_id: str, deadline: float, delay_s: float) -> None:
         self.sent.append(("timeout", (session_id, deadline, delay_s)))
 
-    def step(self, workflow_id: str, step_id: str, version: int, delay_s: float = 0.0) -> None:
-        self.sent.append(("step", (workflow_id, step_id, version, delay_s)))
+    def step(self, workflow_id: str, step_id: str, revision: int, delay_s: float = 0.0) -> None:
+        self.sent.append(("step", (workflow_id, step_id, revision, delay_s)))
 
     def backlog(self) -> int | None:
         return len(self.sent)

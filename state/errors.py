@@ -48,7 +48,7 @@ class StateLockAcquisitionError(AgentStateError):
 
 
 class MigrationError(AgentStateError):
-    """A stored document cannot be migrated to the running code's version."""
+    """A stored document cannot be migrated to the running code's schema version."""
 
 
 class FutureVersionError(MigrationError):

@@ -216,7 +216,7 @@ class DistributedStateSync:
     def surely_held(self, handle: LockHandle) -> bool:
         """Like still_held, without a round trip while less than half the TTL has passed
         since Redis last confirmed the lock (a lease: it cannot have expired yet). A lock
-        deleted early by hand is then noticed by the version guard instead."""
+        deleted early by hand is then noticed by the revision guard instead."""
         if handle.lost:
             return False
         if time.monotonic() - handle.confirmed_at < handle.ttl_ms / 2000.0:
@@ -257,7 +257,7 @@ class DistributedStateSync:
         try:
             self._put_and_release(
                 keys=[cache_key, handle.key],
-                args=[snapshot.version, payload, self.store.cache.ttl_s, handle.token],
+                args=[snapshot.revision, payload, self.store.cache.ttl_s, handle.token],
             )
         except redis.RedisError as exc:
             logger.warning("cache write/release for %s failed: %s", snapshot.session_id, exc)
@@ -281,7 +281,7 @@ class DistributedStateSync:
         published = False
         try:
             snapshot = self.store.load_from_database(session_id) or _unsaved(session_id)
-            history = self.store.history(session_id) if snapshot.version else []
+            history = self.store.history(session_id) if snapshot.revision else []
             current = full_document(snapshot, history)
             proposed = update_fn(copy.deepcopy(current))
             change = _change_from(current, current if proposed is None else proposed)

@@ -1,7 +1,7 @@
 """Layer 3: persistent state that outlives sessions (preferences, long-term memory).
 
 Postgres (or SQLite) is the authority; Redis holds a hot copy with a TTL. Every load
-migrates the document to the current version and writes the upgrade back.
+migrates the document to the current schema version and writes the upgrade back.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class PersistentStateManager:
         return revision
 
     def load_user_state(self, user_id: str) -> Document:
-        """The user's state, migrated to the current version ({} if none is stored)."""
+        """The user's state, migrated to the current schema version ({} if none is stored)."""
         validate_id(user_id, "user")
         cached = self.backend.cache.get(keys.user_state_cache(user_id))
         if cached is not None and not self._needs_upgrade(cached[1]):

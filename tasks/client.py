@@ -68,8 +68,8 @@ class AgentClient:
         if not item.needs_kick:
             return item.message_id  # the running turn takes it from the inbox when it ends
         try:
-            # The version only tells the worker which cached copy it may trust.
-            self.dispatcher.phase("understanding", session_id, item.session_version)
+            # The revision only tells the worker which cached copy it may trust.
+            self.dispatcher.phase("understanding", session_id, item.session_revision)
         except BrokerError as exc:
             # The message is durable; the recovery sweep will start its turn.
             logger.warning("enqueue failed, the sweep will retry: %s", redact_url(str(exc)))

@@ -16,18 +16,18 @@ class CeleryDispatcher:
     def __init__(self, app: Celery) -> None:
         self.app = app
 
-    def phase(self, phase: str, session_id: str, version: int | None) -> None:
+    def phase(self, phase: str, session_id: str, revision: int | None) -> None:
         """Enqueue ``agentstate.phase.<phase>``."""
-        self.app.send_task(PHASE_TASK.format(phase), args=[session_id, version])
+        self.app.send_task(PHASE_TASK.format(phase), args=[session_id, revision])
 
     def timeout(self, session_id: str, deadline: float, delay_s: float) -> None:
         """Enqueue the deadline check to run after ``delay_s`` seconds."""
         self.app.send_task(TIMEOUT_TASK, args=[session_id, deadline], countdown=delay_s)
 
-    def step(self, workflow_id: str, step_id: str, version: int, delay_s: float = 0.0) -> None:
+    def step(self, workflow_id: str, step_id: str, revision: int, delay_s: float = 0.0) -> None:
         """Enqueue one workflow step delivery."""
         countdown = delay_s if delay_s > 0 else None
-        self.app.send_task(STEP_TASK, args=[workflow_id, step_id, version], countdown=countdown)
+        self.app.send_task(STEP_TASK, args=[workflow_id, step_id, revision], countdown=countdown)
 
     def backlog(self) -> int | None:
         """Messages waiting in the queue (0 if it does not exist, None if unknown)."""

@@ -17,13 +17,13 @@ from tasks.runtime import runtime
 logger = logging.getLogger(__name__)
 
 
-def _run(task: Any, phase: str, session_id: str, version: int | None) -> dict[str, Any]:
+def _run(task: Any, phase: str, session_id: str, revision: int | None) -> dict[str, Any]:
     request = task.request
     repeated = bool(request.retries) or bool((request.delivery_info or {}).get("redelivered"))
 
     def run() -> Any:
         return runtime().turns.run_phase(
-            phase, session_id, version, request.id, use_cache=not repeated
+            phase, session_id, revision, request.id, use_cache=not repeated
         )
 
     try:
@@ -35,39 +35,39 @@ def _run(task: Any, phase: str, session_id: str, version: int | None) -> dict[st
 
 
 @app.task(name="agentstate.phase.understanding", **TASK_OPTIONS)
-def understanding(self: Any, session_id: str, version: int | None = None) -> dict[str, Any]:
+def understanding(self: Any, session_id: str, revision: int | None = None) -> dict[str, Any]:
     """Start the next queued message's turn (if the session is resting) and understand it."""
-    return _run(self, "understanding", session_id, version)
+    return _run(self, "understanding", session_id, revision)
 
 
 @app.task(name="agentstate.phase.planning", **TASK_OPTIONS)
-def planning(self: Any, session_id: str, version: int | None = None) -> dict[str, Any]:
+def planning(self: Any, session_id: str, revision: int | None = None) -> dict[str, Any]:
     """Plan the turn."""
-    return _run(self, "planning", session_id, version)
+    return _run(self, "planning", session_id, revision)
 
 
 @app.task(name="agentstate.phase.retrieving", **TASK_OPTIONS)
-def retrieving(self: Any, session_id: str, version: int | None = None) -> dict[str, Any]:
+def retrieving(self: Any, session_id: str, revision: int | None = None) -> dict[str, Any]:
     """Retrieve memory and context."""
-    return _run(self, "retrieving", session_id, version)
+    return _run(self, "retrieving", session_id, revision)
 
 
 @app.task(name="agentstate.phase.executing", **TASK_OPTIONS)
-def executing(self: Any, session_id: str, version: int | None = None) -> dict[str, Any]:
+def executing(self: Any, session_id: str, revision: int | None = None) -> dict[str, Any]:
     """Call tools (or collect a finished workflow's results)."""
-    return _run(self, "executing", session_id, version)
+    return _run(self, "executing", session_id, revision)
 
 
 @app.task(name="agentstate.phase.evaluating", **TASK_OPTIONS)
-def evaluating(self: Any, session_id: str, version: int | None = None) -> dict[str, Any]:
+def evaluating(self: Any, session_id: str, revision: int | None = None) -> dict[str, Any]:
     """Judge the tool results."""
-    return _run(self, "evaluating", session_id, version)
+    return _run(self, "evaluating", session_id, revision)
 
 
 @app.task(name="agentstate.phase.generating", **TASK_OPTIONS)
-def generating(self: Any, session_id: str, version: int | None = None) -> dict[str, Any]:
+def generating(self: Any, session_id: str, revision: int | None = None) -> dict[str, Any]:
     """Write the reply."""
-    return _run(self, "generating", session_id, version)
+    return _run(self, "generating", session_id, revision)
 
 
 @app.task(name="agentstate.session.timeout", **TASK_OPTIONS)

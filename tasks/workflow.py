@@ -14,12 +14,12 @@ logger = logging.getLogger(__name__)
 
 
 @app.task(name="agentstate.workflow.step", **TASK_OPTIONS)
-def step(self: Any, workflow_id: str, step_id: str, version: int) -> dict[str, Any]:
-    """Run one step of a workflow at ``version`` (duplicates are dropped)."""
+def step(self: Any, workflow_id: str, step_id: str, revision: int) -> dict[str, Any]:
+    """Run one step of a workflow at ``revision`` (duplicates are dropped)."""
     try:
         status = with_retries(
             self,
-            lambda: runtime().workflows.run_step(workflow_id, step_id, version, self.request.id),
+            lambda: runtime().workflows.run_step(workflow_id, step_id, revision, self.request.id),
         )
     except StaleStateError as exc:
         logger.info("step %s/%s lost its claim: %s", workflow_id, step_id, exc)

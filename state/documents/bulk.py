@@ -1,4 +1,4 @@
-"""Bulk maintenance: migrate every stored document to the current version, in batches."""
+"""Bulk maintenance: migrate every stored document to the current schema version, in batches."""
 
 from __future__ import annotations
 

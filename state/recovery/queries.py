@@ -60,14 +60,14 @@ def sessions_waiting_in_inbox(engine: Engine, cutoff: datetime, limit: int) -> l
 
 
 def note_session_recovery(engine: Engine, snapshot: Snapshot, *, count: bool = True) -> int | None:
-    """Touch the session (and count one recovery if ``count``) at its version; None if it
+    """Touch the session (and count one recovery if ``count``) at its revision; None if it
     moved on meanwhile."""
     with engine.begin() as conn:
         row = conn.execute(
             update(sessions)
             .where(
                 sessions.c.session_id == snapshot.session_id,
-                sessions.c.version == snapshot.version,
+                sessions.c.revision == snapshot.revision,
             )
             .values(recoveries=sessions.c.recoveries + int(count), updated_at=utcnow())
             .returning(sessions.c.recoveries)
@@ -89,7 +89,7 @@ def expire_idle_sessions(engine: Engine, cutoff: datetime) -> int:
                 .where(inbox.c.session_id == sessions.c.session_id, inbox.c.state == "queued")
                 .exists(),
             )
-            .values(status=SessionStatus.TIMEOUT.value, version=sessions.c.version + 1)
+            .values(status=SessionStatus.TIMEOUT.value, revision=sessions.c.revision + 1)
         )
     return int(result.rowcount)
 
@@ -98,7 +98,7 @@ def expire_idle_sessions(engine: Engine, cutoff: datetime) -> int:
 
 
 def stuck_steps(engine: Engine, cutoff: datetime, limit: int) -> list[tuple[str, str, int, str]]:
-    """(workflow_id, step_id, version, status) of steps with no live task."""
+    """(workflow_id, step_id, revision, status) of steps with no live task."""
     # No live task: a running step whose lease expired, or a ready or retrying step
     # left untouched since ``cutoff``.
     expired_lease = and_(steps.c.status == RUNNING, steps.c.lease_expires_at < time.time())
@@ -111,7 +111,7 @@ def stuck_steps(engine: Engine, cutoff: datetime, limit: int) -> list[tuple[str,
     )
     with read_connection(engine) as conn:
         rows = conn.execute(
-            select(steps.c.workflow_id, steps.c.step_id, steps.c.version, steps.c.status)
+            select(steps.c.workflow_id, steps.c.step_id, steps.c.revision, steps.c.status)
             .where(or_(expired_lease, forgotten))
             .order_by(steps.c.updated_at)
             .limit(limit)
@@ -123,12 +123,12 @@ def note_step_recovery(
     engine: Engine,
     workflow_id: str,
     step_id: str,
-    version: int,
+    revision: int,
     *,
     count: bool = True,
     lease_s: float | None = None,
 ) -> int | None:
-    """Count (if ``count``) one recovery of a step at its version; None if it moved on."""
+    """Count (if ``count``) one recovery of a step at its revision; None if it moved on."""
     values = {"recoveries": steps.c.recoveries + int(count), "updated_at": utcnow()}
     if lease_s is not None:
         # A fresh lease for the re-sent task: the step is not counted again (nor re-sent)
@@ -137,7 +137,7 @@ def note_step_recovery(
     with engine.begin() as conn:
         row = conn.execute(
             update(steps)
-            .where(*step_at(workflow_id, step_id, version))
+            .where(*step_at(workflow_id, step_id, revision))
             .values(**values)
             .returning(steps.c.recoveries)
         ).first()

@@ -1,10 +1,10 @@
 """The recovery sweep: finds work whose task was lost and enqueues it again.
 
 "Assume state can be lost at any time; fast recovery matters more than preventing loss."
-Everything the sweep re-enqueues carries the version it expects, so re-enqueueing work
-that is in fact still running is harmless: the version guard drops the loser.
+Everything the sweep re-enqueues carries the revision it expects, so re-enqueueing work
+that is in fact still running is harmless: the revision guard drops the loser.
 
-A turn or step recovered more than AGENTSTATE_MAX_RECOVERIES times at the same version is
+A turn or step recovered more than AGENTSTATE_MAX_RECOVERIES times at the same revision is
 poison: the turn ends with an apology, the step fails, and the reason is recorded. A
 recovery only counts when the broker's queue is empty: while messages wait, slow work is
 not evidence of lost work. Each item is retried at most once per AGENTSTATE_STUCK_AFTER.
@@ -151,13 +151,13 @@ class RecoverySweep:
 
     def _steps(self, cutoff: datetime, counting: bool, report: SweepReport) -> None:
         engine = self.workflows.store.engine
-        for workflow_id, step_id, version, status in stuck_steps(engine, cutoff, BATCH):
+        for workflow_id, step_id, revision, status in stuck_steps(engine, cutoff, BATCH):
             lost = status == RUNNING and counting
-            act = partial(self._step, workflow_id, step_id, version, lost, report)
+            act = partial(self._step, workflow_id, step_id, revision, lost, report)
             self._each(report, "step", f"{workflow_id}/{step_id}", act)
 
     def _step(
-        self, workflow_id: str, step_id: str, version: int, lost: bool, report: SweepReport
+        self, workflow_id: str, step_id: str, revision: int, lost: bool, report: SweepReport
     ) -> None:
         # Only a running step whose lease expired is evidence of a lost worker; ready
         # steps may just be waiting in a long queue and are re-sent without counting.
@@ -165,7 +165,7 @@ class RecoverySweep:
             self.workflows.store.engine,
             workflow_id,
             step_id,
-            version,
+            revision,
             count=lost,
             lease_s=self.settings.stuck_after,
         )
@@ -174,11 +174,11 @@ class RecoverySweep:
         if lost and count > self.settings.max_recoveries:
             reason = f"worker lost {count - 1} times; gave up"
             self.workflows.follow(
-                self.workflows.store.abandon(workflow_id, step_id, version, reason)
+                self.workflows.store.abandon(workflow_id, step_id, revision, reason)
             )
             report.steps_poisoned += 1
             return
-        self.workflows.dispatcher.step(workflow_id, step_id, version)
+        self.workflows.dispatcher.step(workflow_id, step_id, revision)
         report.steps_redispatched += 1
 
     def _sweep_lock(self) -> str | bool | None:
@@ -187,7 +187,7 @@ class RecoverySweep:
         try:
             acquired = self.turns.sync.redis.set(keys.sweep_lock(), token, nx=True, px=ttl_ms)
         except redis.RedisError:
-            return None  # without Redis, sweep anyway: every action is version-guarded
+            return None  # without Redis, sweep anyway: every action is revision-guarded
         return token if acquired else False
 
     def _release_sweep_lock(self, token: str | bool | None) -> None:

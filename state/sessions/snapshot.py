@@ -18,13 +18,13 @@ TransactionOp = Callable[[Connection], None]
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A session row as read at one revision (``version``)."""
+    """A session row as read at one ``revision`` (the row fence)."""
 
     session_id: str
     user_id: str
     phase: str
     status: str
-    version: int
+    revision: int
     doc: Document
     message_count: int
     last_task_id: str | None = None
@@ -51,7 +51,7 @@ class Snapshot:
             user_id=str(payload["user_id"]),
             phase=str(payload["phase"]),
             status=str(payload["status"]),
-            version=revision,
+            revision=revision,
             doc=dict(payload["doc"]),
             message_count=int(payload["message_count"]),
             last_task_id=payload.get("last_task_id"),
@@ -96,4 +96,4 @@ class InboxItem:
     # mid-turn needs no kick: the commit that ends the turn locks the same row after
     # this one committed, so its check of the inbox is certain to see the message.
     needs_kick: bool = True
-    session_version: int | None = None  # the session's revision when the message arrived
+    session_revision: int | None = None  # the session's revision when the message arrived

@@ -2,7 +2,7 @@
 
 A session row holds the state document without its history; history items are rows of
 ``messages`` that a turn appends and never rewrites, so the cost of a turn does not grow
-with the conversation. Every write is guarded by the row's ``version``.
+with the conversation. Every write is guarded by the row's ``revision``.
 """
 
 from __future__ import annotations
@@ -84,16 +84,16 @@ class SessionStore:
 
     # -- reading ---------------------------------------------------------------
 
-    def load(self, session_id: str, expected_version: int | None = None) -> Snapshot | None:
-        """The session, from the cache when it holds ``expected_version``, else the DB."""
-        if expected_version is not None:
+    def load(self, session_id: str, expected_revision: int | None = None) -> Snapshot | None:
+        """The session, from the cache when it holds ``expected_revision``, else the DB."""
+        if expected_revision is not None:
             cached = self.cached(session_id)
-            if cached is not None and cached.version == expected_version:
+            if cached is not None and cached.revision == expected_revision:
                 return cached
         return self.load_from_database(session_id)
 
     def cached(self, session_id: str) -> Snapshot | None:
-        """The cached snapshot if it is readable and current-version, else None."""
+        """The cached snapshot if it is readable and at the current schema version, else None."""
         entry = self.cache.get(keys.session_cache(session_id))
         return None if entry is None else self.cached_from_entry(session_id, entry)
 
@@ -110,7 +110,7 @@ class SessionStore:
     def publish(self, snapshot: Snapshot) -> None:
         """Write a committed snapshot to the cache."""
         self.cache.put(
-            keys.session_cache(snapshot.session_id), snapshot.version, snapshot.to_cache()
+            keys.session_cache(snapshot.session_id), snapshot.revision, snapshot.to_cache()
         )
 
     def load_from_database(self, session_id: str) -> Snapshot | None:
@@ -135,7 +135,7 @@ class SessionStore:
             user_id=row.user_id,
             phase=row.phase,
             status=row.status,
-            version=int(row.version),
+            revision=int(row.revision),
             doc={},
             message_count=int(row.message_count),
             last_task_id=row.last_task_id,
@@ -168,7 +168,7 @@ class SessionStore:
             update(sessions)
             .where(
                 sessions.c.session_id == snapshot.session_id,
-                sessions.c.version == snapshot.version,
+                sessions.c.revision == snapshot.revision,
             )
             .values(doc=migrated, message_count=snapshot.message_count + len(history))
         )
@@ -189,7 +189,7 @@ class SessionStore:
             phase="idle", status=SessionStatus.ACTIVE.value, doc=doc, new_messages=apologies
         )
         doc.update(phase=change.phase, status=change.status)
-        self._guarded_update(conn, snapshot, change, snapshot.version + 1)
+        self._guarded_update(conn, snapshot, change, snapshot.revision + 1)
         _insert_messages(conn, snapshot.session_id, snapshot.message_count, apologies)
         logger.error(
             "session %s: stored state is corrupt, quarantined: %s", snapshot.session_id, reason
@@ -199,7 +199,7 @@ class SessionStore:
             doc=doc,
             phase=change.phase,
             status=change.status,
-            version=snapshot.version + 1,
+            revision=snapshot.revision + 1,
             message_count=snapshot.message_count + len(apologies),
             deadline_at=None,
         )
@@ -263,12 +263,12 @@ class SessionStore:
         change: SessionChange,
         before_commit: Callable[[], bool] | None = None,
     ) -> CommitResult:
-        """Write ``change`` if the session is still at ``snapshot.version``.
+        """Write ``change`` if the session is still at ``snapshot.revision``.
 
         Raises StaleStateError (and writes nothing) if another writer got there first or
         ``before_commit`` reports that our lock was lost.
         """
-        version = snapshot.version + 1
+        revision = snapshot.revision + 1
         change.doc["phase"] = change.phase
         change.doc["status"] = change.status
         if self._autocommit is not None and snapshot.stored and not change.ops:
@@ -280,7 +280,7 @@ class SessionStore:
             user_id=snapshot.user_id or str(change.doc.get("user_id") or ""),
             phase=change.phase,
             status=change.status,
-            version=version,
+            revision=revision,
             doc=change.doc,
             message_count=snapshot.message_count + len(change.new_messages),
             last_task_id=change.task_id,
@@ -296,7 +296,7 @@ class SessionStore:
         with self.engine.begin() as conn:
             if not snapshot.stored:
                 _insert_session(conn, snapshot.session_id, change.doc.get("user_id") or "")
-            self._guarded_update(conn, snapshot, change, snapshot.version + 1)
+            self._guarded_update(conn, snapshot, change, snapshot.revision + 1)
             _insert_messages(conn, snapshot.session_id, snapshot.message_count, change.new_messages)
             for message_id, state in change.inbox_state.items():
                 conn.execute(
@@ -313,7 +313,7 @@ class SessionStore:
         self, snapshot: Snapshot, change: SessionChange, before_commit: Callable[[], bool] | None
     ) -> bool:
         # Postgres fast path: the lock is checked just before the one statement; the
-        # version guard in that statement still refuses any writer that lost a race.
+        # revision guard in that statement still refuses any writer that lost a race.
         if before_commit is not None and not before_commit():
             raise _lock_lost(snapshot)
         fields = {
@@ -325,7 +325,7 @@ class SessionStore:
             "deadline_at": change.deadline_at,
         }
         params = pg_fastpath.parameters(
-            snapshot.session_id, snapshot.version, fields, change.new_messages, change.inbox_state
+            snapshot.session_id, snapshot.revision, fields, change.new_messages, change.inbox_state
         )
         assert self._autocommit is not None
         shape = (len(change.new_messages), len(change.inbox_state))
@@ -337,16 +337,16 @@ class SessionStore:
         return queued
 
     def _guarded_update(
-        self, conn: Connection, snapshot: Snapshot, change: SessionChange, version: int
+        self, conn: Connection, snapshot: Snapshot, change: SessionChange, revision: int
     ) -> None:
         result = conn.execute(
             update(sessions)
             .where(
                 sessions.c.session_id == snapshot.session_id,
-                sessions.c.version == snapshot.version,
+                sessions.c.revision == snapshot.revision,
             )
             .values(
-                version=version,
+                revision=revision,
                 phase=change.phase,
                 status=change.status,
                 doc=change.doc,
@@ -370,12 +370,12 @@ class SessionStore:
             _insert_session(conn, session_id, user_id)
             # Taking the row lock here orders inbox sequence numbers by commit, so a
             # turn never starts a later message while an earlier one is uncommitted.
-            owner, seq, phase, version = conn.execute(
+            owner, seq, phase, revision = conn.execute(
                 update(sessions)
                 .where(sessions.c.session_id == session_id)
                 .values(inbox_seq=sessions.c.inbox_seq + 1)
                 .returning(
-                    sessions.c.user_id, sessions.c.inbox_seq, sessions.c.phase, sessions.c.version
+                    sessions.c.user_id, sessions.c.inbox_seq, sessions.c.phase, sessions.c.revision
                 )
             ).one()
             if owner != user_id:
@@ -393,7 +393,7 @@ class SessionStore:
                 )
             )
         return InboxItem(
-            message_id, session_id, int(seq), text, "queued", now, phase in RESTING, int(version)
+            message_id, session_id, int(seq), text, "queued", now, phase in RESTING, int(revision)
         )
 
     def next_queued(self, session_id: str) -> InboxItem | None:
@@ -444,7 +444,7 @@ class _WriteNeeded(Exception):
 
 def _stale(snapshot: Snapshot) -> StaleStateError:
     return StaleStateError(
-        f"session {snapshot.session_id} is no longer at revision {snapshot.version}"
+        f"session {snapshot.session_id} is no longer at revision {snapshot.revision}"
     )
 
 
@@ -471,7 +471,7 @@ def full_document(snapshot: Snapshot, history: list[Document]) -> Document:
         phase=snapshot.phase,
         status=snapshot.status,
         message_history=history,
-        revision=snapshot.version,
+        revision=snapshot.revision,
     )
     return doc
 
@@ -483,7 +483,7 @@ def _insert_session(conn: Connection, session_id: str, user_id: str) -> None:
         user_id=user_id,
         phase="idle",
         status=SessionStatus.ACTIVE.value,
-        version=0,
+        revision=0,
         doc=new_document(session_id, user_id),
         message_count=0,
         inbox_seq=0,

@@ -21,10 +21,10 @@ from state.storage import prepared as pg_prepared
 Document = dict[str, Any]
 
 _UPDATE = """
-UPDATE sessions SET version = %(new_version)s, phase = %(phase)s, status = %(status)s,
+UPDATE sessions SET revision = %(new_revision)s, phase = %(phase)s, status = %(status)s,
     doc = %(doc)s::jsonb, message_count = %(message_count)s, last_task_id = %(task_id)s,
     deadline_at = %(deadline_at)s, recoveries = 0, updated_at = %(now)s
-WHERE session_id = %(session_id)s AND version = %(version)s
+WHERE session_id = %(session_id)s AND revision = %(revision)s
 RETURNING session_id"""
 
 _QUEUED = pg_prepared.prepare(
@@ -62,7 +62,7 @@ def statement(messages: int, inbox_changes: int) -> pg_prepared.Prepared:
 
 def parameters(
     session_id: str,
-    version: int,
+    revision: int,
     fields: Document,
     new_messages: list[Document],
     inbox_state: dict[str, str],
@@ -70,8 +70,8 @@ def parameters(
     """The bound parameters of :func:`statement` (values only: never spliced into SQL)."""
     params: Document = {
         "session_id": session_id,
-        "version": version,
-        "new_version": version + 1,
+        "revision": revision,
+        "new_revision": revision + 1,
         "now": utcnow(),
         **fields,
         "doc": codec.dumps(fields["doc"]),

@@ -78,7 +78,7 @@ class UserState(Base):
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=text("CURRENT_TIMESTAMP")
     )
-    version: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    revision: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
 
 
 class SessionRow(Base):
@@ -90,7 +90,7 @@ class SessionRow(Base):
     user_id: Mapped[str] = mapped_column(ID, nullable=False, index=True)
     phase: Mapped[str] = mapped_column(String(32), nullable=False, server_default="idle")
     status: Mapped[str] = mapped_column(String(16), nullable=False, server_default="active")
-    version: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    revision: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     doc: Mapped[str] = mapped_column(JSONText, nullable=False)
     message_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     inbox_seq: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
@@ -149,7 +149,7 @@ class WorkflowRow(Base):
     total_steps: Mapped[int] = mapped_column(Integer, nullable=False)
     remaining_steps: Mapped[int] = mapped_column(Integer, nullable=False)
     failed_steps: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
-    resume_version: Mapped[int | None] = mapped_column(BigInteger)
+    resume_revision: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -174,7 +174,7 @@ class StepRow(Base):
     remaining_deps: Mapped[int] = mapped_column(Integer, nullable=False)
     retry_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     max_retries: Mapped[int] = mapped_column(Integer, nullable=False)
-    version: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    revision: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     recoveries: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     error: Mapped[str | None] = mapped_column(Text)
     lease_expires_at: Mapped[float | None] = mapped_column(Float)

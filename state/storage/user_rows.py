@@ -23,8 +23,8 @@ _migrator = StateMigrator()
 
 
 def read_row(conn: Connection, user_id: str, *, for_update: bool = False) -> tuple[str, int] | None:
-    """The raw JSON text and version of a user's row, or None."""
-    query = select(user_state.c.state, user_state.c.version).where(user_state.c.user_id == user_id)
+    """The raw JSON text and revision of a user's row, or None."""
+    query = select(user_state.c.state, user_state.c.revision).where(user_state.c.user_id == user_id)
     if for_update and conn.dialect.name == "postgresql":
         query = query.with_for_update()
     row = conn.execute(query).first()
@@ -32,7 +32,7 @@ def read_row(conn: Connection, user_id: str, *, for_update: bool = False) -> tup
 
 
 def upgraded(doc: Document) -> Document:
-    """``doc`` at the current version; FutureVersionError passes, bad shapes are corrupt."""
+    """``doc`` at the current schema version; FutureVersionError passes, bad shapes are corrupt."""
     try:
         return _migrator.migrate(doc) if _migrator.needs_migration(doc) else doc
     except FutureVersionError:
@@ -44,40 +44,42 @@ def upgraded(doc: Document) -> Document:
 def quarantine_row(conn: Connection, user_id: str, raw: str, reason: str) -> None:
     """Move an unreadable row aside; the user then starts from an empty state."""
     quarantine(conn, "user_state", user_id, raw, reason)
-    # The row stays, emptied, with its version still rising: a cached copy at an older
+    # The row stays, emptied, with its revision still rising: a cached copy at an older
     # revision can then never come back.
     conn.execute(
         update(user_state)
         .where(user_state.c.user_id == user_id)
-        .values(state=codec.dumps(stamp({})), version=user_state.c.version + 1, updated_at=utcnow())
+        .values(
+            state=codec.dumps(stamp({})), revision=user_state.c.revision + 1, updated_at=utcnow()
+        )
     )
     logger.error("user %s: stored state is corrupt, quarantined: %s", user_id, reason)
 
 
 def upsert(conn: Connection, user_id: str, doc: Document) -> int:
-    """Write ``doc`` as the user's state whatever was there; return the new version."""
+    """Write ``doc`` as the user's state whatever was there; return the new revision."""
     now = utcnow()
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     stmt = dialect.insert(user_state).values(
-        user_id=user_id, state=codec.dumps(doc), updated_at=now, version=1
+        user_id=user_id, state=codec.dumps(doc), updated_at=now, revision=1
     )
     stmt = stmt.on_conflict_do_update(
         index_elements=[user_state.c.user_id],
         set_={
             "state": stmt.excluded.state,
             "updated_at": now,
-            "version": user_state.c.version + 1,
+            "revision": user_state.c.revision + 1,
         },
-    ).returning(user_state.c.version)
+    ).returning(user_state.c.revision)
     return int(conn.execute(stmt).scalar_one())
 
 
-def guarded_write(conn: Connection, user_id: str, doc: Document, expected_version: int) -> bool:
-    """Replace the state only if it is still at ``expected_version``; True if it was."""
+def guarded_write(conn: Connection, user_id: str, doc: Document, expected_revision: int) -> bool:
+    """Replace the state only if it is still at ``expected_revision``; True if it was."""
     result = conn.execute(
         update(user_state)
-        .where(user_state.c.user_id == user_id, user_state.c.version == expected_version)
-        .values(state=codec.dumps(doc), updated_at=utcnow(), version=expected_version + 1)
+        .where(user_state.c.user_id == user_id, user_state.c.revision == expected_revision)
+        .values(state=codec.dumps(doc), updated_at=utcnow(), revision=expected_revision + 1)
     )
     return result.rowcount == 1
 

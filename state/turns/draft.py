@@ -24,7 +24,7 @@ class PhaseOutcome:
     session_id: str
     status: str
     phases: list[str] = field(default_factory=list)
-    version: int | None = None
+    revision: int | None = None
 
     def as_dict(self) -> Document:
         """JSON-ready form."""

@@ -1,9 +1,9 @@
 """The turn engine: runs one phase of one session, exactly once, then hands over.
 
 A phase run is: lock the session (one Redis round trip that also reads the cache) ->
-check that this delivery is for the version the session is at (else it is a duplicate
+check that this delivery is for the revision the session is at (else it is a duplicate
 and is dropped) -> call the agent's handler -> fire the trigger on the FSM -> commit the
-handler's changes with the version bump in one transaction (guarded, lock checked) ->
+handler's changes with the revision bump in one transaction (guarded, lock checked) ->
 write the cache and release the lock (one round trip) -> enqueue the next phase.
 """
 
@@ -100,7 +100,7 @@ class TurnEngine:
         self,
         phase: str,
         session_id: str,
-        expected_version: int | None,
+        expected_revision: int | None,
         task_id: str | None = None,
         *,
         use_cache: bool = True,
@@ -123,13 +123,13 @@ class TurnEngine:
         try:
             followups = Followups()
             held = (handle, entry if use_cache else None, followups)
-            outcome, snap = self._run_locked(phase, session_id, expected_version, task_id, held)
+            outcome, snap = self._run_locked(phase, session_id, expected_revision, task_id, held)
             if snap is None:
                 return outcome
             self.sync.publish_and_release(handle, snap)
             published = True
             self._send(snap.session_id, followups)
-            outcome.version = snap.version
+            outcome.revision = snap.revision
             return outcome
         finally:
             if not published:
@@ -151,10 +151,10 @@ class TurnEngine:
             if not self._due(phase, snap, expected):
                 if task_id is not None and snap.last_task_id == task_id:
                     self.resume(snap)  # our commit landed but its follow-ups may not have
-                return PhaseOutcome(session_id, "duplicate", version=snap.version), None
+                return PhaseOutcome(session_id, "duplicate", revision=snap.revision), None
             if not self.agent.is_quick(phase):
                 self.sync.keep_renewed(handle)
-            outcome = PhaseOutcome(session_id, "nothing-to-do", version=snap.version)
+            outcome = PhaseOutcome(session_id, "nothing-to-do", revision=snap.revision)
             try:
                 return outcome, self._run_phases(phase, snap, handle, task_id, (followups, outcome))
             except StaleStateError:
@@ -184,7 +184,7 @@ class TurnEngine:
             self._after_commit(draft, followups)
             phase = self._next_phase(snap, result.queued)
             if phase is not None and not self._inline(phase):
-                followups.phase = (phase, snap.version)
+                followups.phase = (phase, snap.revision)
                 phase = None
         return snap
 
@@ -226,9 +226,9 @@ class TurnEngine:
     def _due(self, phase: str, snap: Snapshot, expected: int | None) -> bool:
         if phase == "understanding":
             # Starting a turn is due whenever the session rests (a queued message is
-            # checked next); the version a kick carries only picks the cached copy.
+            # checked next); the revision a kick carries only picks the cached copy.
             return snap.phase in RESTING_STATES
-        return snap.phase == phase and (expected is None or snap.version == expected)
+        return snap.phase == phase and (expected is None or snap.revision == expected)
 
     def _inline(self, phase: str) -> bool:
         return self.settings.hop_policy == HopPolicy.INLINE and self.agent.is_quick(phase)
@@ -344,11 +344,11 @@ class TurnEngine:
                 f"{phase} returned no trigger; only executing may wait, and only for a workflow"
             )
         wf = parse_spec({**spec, "session_id": draft.snap.session_id}, self.known_actions())
-        resume_version = draft.snap.version + 1
+        resume_revision = draft.snap.revision + 1
 
         def create(conn: Any) -> None:
-            for step_id, version in self.workflows.create_in(conn, wf, resume_version):
-                draft.roots.append((wf.workflow_id, step_id, version))
+            for step_id, revision in self.workflows.create_in(conn, wf, resume_revision):
+                draft.roots.append((wf.workflow_id, step_id, revision))
 
         draft.ops.append(create)
         draft.context["workflow_id"] = wf.workflow_id
@@ -393,8 +393,8 @@ class TurnEngine:
     def _send(self, session_id: str, followups: Followups) -> None:
         for user_id, revision, doc in followups.user_cache:
             self.cache.put(keys.user_state_cache(user_id), revision, doc)
-        for workflow_id, step_id, version in followups.steps:
-            self.dispatcher.step(workflow_id, step_id, version)
+        for workflow_id, step_id, revision in followups.steps:
+            self.dispatcher.step(workflow_id, step_id, revision)
         if followups.deadline is not None:
             delay = max(0.0, followups.deadline - time.time())
             self.dispatcher.timeout(session_id, followups.deadline, delay)
@@ -477,7 +477,7 @@ class TurnEngine:
 
     def _force_commit(self, snap: Snapshot, draft: Draft, status: str) -> PhaseOutcome:
         # Commits without waiting for the lock: the worker that still holds it will find
-        # the version moved and its write refused. Its lock is freed here only if it is
+        # the revision moved and its write refused. Its lock is freed here only if it is
         # still that worker's.
         holder = self.sync.current_holder(snap.session_id)
         result = self.sessions.commit(snap, draft.change())
@@ -486,9 +486,9 @@ class TurnEngine:
         self.sessions.publish(result.snapshot)
         followups = Followups()
         if result.queued:
-            followups.phase = ("understanding", result.snapshot.version)
+            followups.phase = ("understanding", result.snapshot.revision)
         self._send(snap.session_id, followups)
-        return PhaseOutcome(snap.session_id, status, [snap.phase], result.snapshot.version)
+        return PhaseOutcome(snap.session_id, status, [snap.phase], result.snapshot.revision)
 
     def resume(self, snap: Snapshot) -> str | None:
         """Re-enqueue whatever the persisted state says comes next; return what it was."""
@@ -501,5 +501,5 @@ class TurnEngine:
         queued = snap.phase in RESTING_STATES and self.sessions.queued_count(snap.session_id) > 0
         phase = self._next_phase(snap, queued)
         if phase is not None:
-            self.dispatcher.phase(phase, snap.session_id, snap.version)
+            self.dispatcher.phase(phase, snap.session_id, snap.revision)
         return phase

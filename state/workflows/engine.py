@@ -56,20 +56,20 @@ class WorkflowEngine:
 
     def start(self, wf: WorkflowState) -> str:
         """Store a validated workflow and dispatch its roots."""
-        for step_id, version in self.store.create(wf):
-            self.dispatcher.step(wf.workflow_id, step_id, version)
+        for step_id, revision in self.store.create(wf):
+            self.dispatcher.step(wf.workflow_id, step_id, revision)
         return wf.workflow_id
 
     def run_step(
-        self, workflow_id: str, step_id: str, version: int, task_id: str | None = None
+        self, workflow_id: str, step_id: str, revision: int, task_id: str | None = None
     ) -> str:
         """Run one step delivery; return what happened (``duplicate`` if not ours)."""
         lease_s = self.settings.stuck_after
-        claimed = self.store.claim(workflow_id, step_id, version, lease_s, task_id)
+        claimed = self.store.claim(workflow_id, step_id, revision, lease_s, task_id)
         if claimed is None:
             left = self.store.leftover(workflow_id, step_id, task_id) if task_id else None
             if left is None:
-                logger.info("step %s/%s@%s: duplicate, dropped", workflow_id, step_id, version)
+                logger.info("step %s/%s@%s: duplicate, dropped", workflow_id, step_id, revision)
                 return "duplicate"
             if left.claimed is None:
                 self._finish_leftover(workflow_id, step_id, left)
@@ -91,8 +91,8 @@ class WorkflowEngine:
         return "success"
 
     def _finish_leftover(self, workflow_id: str, step_id: str, left: Leftover) -> None:
-        if left.retry_version is not None:
-            self.dispatcher.step(workflow_id, step_id, left.retry_version)
+        if left.retry_revision is not None:
+            self.dispatcher.step(workflow_id, step_id, left.retry_revision)
         elif left.completion is not None:
             self.follow(left.completion)
 
@@ -101,7 +101,7 @@ class WorkflowEngine:
         if deps is None:
             deps = self.store.dependency_outputs(claimed.workflow_id, claimed.dependencies)
         context = self.store.context(claimed.workflow_id)
-        key = f"{claimed.workflow_id}/{claimed.step_id}@{claimed.version}"
+        key = f"{claimed.workflow_id}/{claimed.step_id}@{claimed.revision}"
         _heartbeats.register(key, lease_s / 3, lambda: self.store.heartbeat(claimed, lease_s))
         try:
             outputs = fn(dict(claimed.inputs), deps, context)
@@ -116,17 +116,17 @@ class WorkflowEngine:
 
     def _fail(self, claimed: ClaimedStep, error: str, *, retry: bool) -> str:
         if retry and claimed.retry_count < claimed.max_retries:
-            version = self.store.retry(claimed, error)
+            revision = self.store.retry(claimed, error)
             delay = retry_delay_s(self.settings.retry_backoff, claimed.retry_count)
-            self.dispatcher.step(claimed.workflow_id, claimed.step_id, version, delay)
+            self.dispatcher.step(claimed.workflow_id, claimed.step_id, revision, delay)
             return "retrying"
         self.follow(self.store.fail(claimed, error))
         return "failed"
 
     def follow(self, completion: Completion) -> None:
         """Dispatch what a completion made ready, and wake a waiting session."""
-        for step_id, version in completion.ready:
-            self.dispatcher.step(completion.workflow_id, step_id, version)
+        for step_id, revision in completion.ready:
+            self.dispatcher.step(completion.workflow_id, step_id, revision)
         finished = completion.finished
-        if finished and finished.session_id and finished.resume_version is not None:
-            self.dispatcher.phase("executing", finished.session_id, finished.resume_version)
+        if finished and finished.session_id and finished.resume_revision is not None:
+            self.dispatcher.phase("executing", finished.session_id, finished.resume_revision)

@@ -13,16 +13,16 @@ from state.session import iso
 from state.workflow import WorkflowStepStatus
 
 Document = dict[str, Any]
-Dispatch = tuple[str, int]  # (step_id, version) of a step to run
+Dispatch = tuple[str, int]  # (step_id, revision) of a step to run
 
 
 @dataclass(frozen=True)
 class ClaimedStep:
-    """A step this worker now runs, at ``version`` (its claim)."""
+    """A step this worker now runs, at ``revision`` (its claim)."""
 
     workflow_id: str
     step_id: str
-    version: int
+    revision: int
     action: str
     inputs: Document
     dependencies: list[str]
@@ -38,7 +38,7 @@ class Leftover:
     """Follow-ups of a delivery whose commit landed but whose acknowledgement was lost."""
 
     claimed: ClaimedStep | None = None
-    retry_version: int | None = None
+    retry_revision: int | None = None
     completion: Completion | None = None
 
 
@@ -49,7 +49,7 @@ class Finished:
     workflow_id: str
     status: str
     session_id: str | None
-    resume_version: int | None
+    resume_revision: int | None
 
 
 @dataclass(frozen=True)
@@ -61,12 +61,12 @@ class Completion:
     finished: Finished | None
 
 
-def claimed_from_row(workflow_id: str, step_id: str, version: int, row: Any) -> ClaimedStep:
-    """A ClaimedStep at ``version`` from a row holding the claim columns."""
+def claimed_from_row(workflow_id: str, step_id: str, revision: int, row: Any) -> ClaimedStep:
+    """A ClaimedStep at ``revision`` from a row holding the claim columns."""
     return ClaimedStep(
         workflow_id=workflow_id,
         step_id=step_id,
-        version=version,
+        revision=revision,
         action=row.action,
         inputs=codec.loads(row.inputs),
         dependencies=codec.loads(row.dependencies),
@@ -90,7 +90,7 @@ def step_row(workflow_id: str, step: Any, now: Any) -> Document:
         "remaining_deps": step.remaining_deps,
         "retry_count": 0,
         "max_retries": step.max_retries,
-        "version": 0,
+        "revision": 0,
         "recoveries": 0,
         "updated_at": now,
     }

@@ -1,7 +1,7 @@
 """Layer 2 storage: workflows and their steps, with guarded status changes.
 
-A step's ``version`` changes with every status change and every task carries the version
-it expects, so a duplicate delivery finds the version moved and does nothing. Finishing
+A step's ``revision`` changes with every status change and every task carries the revision
+it expects, so a duplicate delivery finds the revision moved and does nothing. Finishing
 a step touches only the step, its direct dependents and the workflow's counters.
 """
 
@@ -72,7 +72,7 @@ _INSERT_BATCH = 1000
 
 
 class WorkflowStore:
-    """SQL for workflows; every status change is guarded by the step's version."""
+    """SQL for workflows; every status change is guarded by the step's revision."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -83,13 +83,13 @@ class WorkflowStore:
 
     # -- creating --------------------------------------------------------------
 
-    def create(self, wf: WorkflowState, resume_version: int | None = None) -> list[Dispatch]:
+    def create(self, wf: WorkflowState, resume_revision: int | None = None) -> list[Dispatch]:
         """Store a validated workflow; return its root steps to dispatch."""
         with self.engine.begin() as conn:
-            return self.create_in(conn, wf, resume_version)
+            return self.create_in(conn, wf, resume_revision)
 
     def create_in(
-        self, conn: Connection, wf: WorkflowState, resume_version: int | None = None
+        self, conn: Connection, wf: WorkflowState, resume_revision: int | None = None
     ) -> list[Dispatch]:
         """Store ``wf`` inside an open transaction (a phase commit starts its workflow)."""
         now = utcnow()
@@ -102,7 +102,7 @@ class WorkflowStore:
                 total_steps=len(wf.steps),
                 remaining_steps=len(wf.steps),
                 failed_steps=0,
-                resume_version=resume_version,
+                resume_revision=resume_revision,
                 created_at=now,
                 updated_at=now,
             )
@@ -118,23 +118,23 @@ class WorkflowStore:
         self,
         workflow_id: str,
         step_id: str,
-        version: int,
+        revision: int,
         lease_s: float,
         task_id: str | None = None,
     ) -> ClaimedStep | None:
-        """Mark the step running if it is still at ``version``; None if not (duplicate)."""
+        """Mark the step running if it is still at ``revision``; None if not (duplicate)."""
         if self._autocommit is not None:
             found = pg_steps.claim(
                 self._autocommit,
                 workflow_id=workflow_id,
                 step_id=step_id,
-                version=version,
+                revision=revision,
                 lease_s=lease_s,
                 task_id=task_id,
             )
             if found is None:
                 return None
-            claimed = claimed_from_row(workflow_id, step_id, version + 1, found[0])
+            claimed = claimed_from_row(workflow_id, step_id, revision + 1, found[0])
             return replace(
                 claimed, dep_outputs=found[1], dependents=codec.loads(found[0].dependents)
             )
@@ -142,13 +142,13 @@ class WorkflowStore:
             row = conn.execute(
                 update(steps)
                 .where(
-                    *step_at(workflow_id, step_id, version),
+                    *step_at(workflow_id, step_id, revision),
                     steps.c.status.in_(_CLAIMABLE),
                     steps.c.remaining_deps == 0,
                 )
                 .values(
                     status=RUNNING,
-                    version=version + 1,
+                    revision=revision + 1,
                     started_at=utcnow(),
                     updated_at=utcnow(),
                     lease_expires_at=time.time() + lease_s,
@@ -156,7 +156,7 @@ class WorkflowStore:
                 )
                 .returning(*_CLAIM_COLUMNS)
             ).first()
-        return None if row is None else claimed_from_row(workflow_id, step_id, version + 1, row)
+        return None if row is None else claimed_from_row(workflow_id, step_id, revision + 1, row)
 
     def leftover(self, workflow_id: str, step_id: str, task_id: str) -> Leftover | None:
         """What an earlier delivery of ``task_id`` committed but may not have followed up
@@ -165,7 +165,7 @@ class WorkflowStore:
             row = conn.execute(
                 select(
                     steps.c.status,
-                    steps.c.version,
+                    steps.c.revision,
                     steps.c.last_task_id,
                     steps.c.dependents,
                     steps.c.lease_expires_at,
@@ -179,10 +179,10 @@ class WorkflowStore:
                     return None  # the first delivery may still be running it: leave it be
 
                 return Leftover(
-                    claimed=claimed_from_row(workflow_id, step_id, int(row.version), row)
+                    claimed=claimed_from_row(workflow_id, step_id, int(row.revision), row)
                 )
             if row.status == RETRYING:
-                return Leftover(retry_version=int(row.version))
+                return Leftover(retry_revision=int(row.revision))
             ready = self._ready_among(conn, workflow_id, codec.loads(row.dependents))
             finished = self._finished(conn, workflow_id)
         return Leftover(completion=Completion(workflow_id, ready, finished))
@@ -193,7 +193,7 @@ class WorkflowStore:
         if not candidates:
             return []
         rows = conn.execute(
-            select(steps.c.step_id, steps.c.version).where(
+            select(steps.c.step_id, steps.c.revision).where(
                 steps.c.workflow_id == workflow_id,
                 steps.c.step_id.in_(candidates),
                 steps.c.status == PENDING,
@@ -204,13 +204,13 @@ class WorkflowStore:
 
     def _finished(self, conn: Connection, workflow_id: str) -> Finished | None:
         row = conn.execute(
-            select(workflows.c.status, workflows.c.session_id, workflows.c.resume_version).where(
+            select(workflows.c.status, workflows.c.session_id, workflows.c.resume_revision).where(
                 workflows.c.workflow_id == workflow_id
             )
         ).one()
         if row.status not in (SUCCESS, FAILED):
             return None
-        return Finished(workflow_id, row.status, row.session_id, row.resume_version)
+        return Finished(workflow_id, row.status, row.session_id, row.resume_revision)
 
     def dependency_outputs(self, workflow_id: str, dependencies: list[str]) -> Document:
         """Outputs of the given steps, by step id."""
@@ -255,7 +255,7 @@ class WorkflowStore:
                 self._autocommit,
                 workflow_id=claimed.workflow_id,
                 step_id=claimed.step_id,
-                version=claimed.version,
+                revision=claimed.revision,
                 outputs=outputs,
                 task_id=claimed.task_id,
                 dependents=claimed.dependents,
@@ -265,7 +265,7 @@ class WorkflowStore:
                 None
                 if row is None
                 else Finished(
-                    claimed.workflow_id, row["status"], row["session_id"], row["resume_version"]
+                    claimed.workflow_id, row["status"], row["session_id"], row["resume_revision"]
                 )
             )
             return Completion(claimed.workflow_id, ready, finished)
@@ -276,7 +276,7 @@ class WorkflowStore:
         return Completion(claimed.workflow_id, ready, finished)
 
     def retry(self, claimed: ClaimedStep, error: str) -> int:
-        """running -> retrying (retry_count + 1); return the version to dispatch at."""
+        """running -> retrying (retry_count + 1); return the revision to dispatch at."""
         with self.engine.begin() as conn:
             result = conn.execute(
                 update(steps)
@@ -285,14 +285,14 @@ class WorkflowStore:
                     status=RETRYING,
                     retry_count=claimed.retry_count + 1,
                     error=error,
-                    version=claimed.version + 1,
+                    revision=claimed.revision + 1,
                     lease_expires_at=None,
                     updated_at=utcnow(),
                     last_task_id=claimed.task_id,
                 )
             )
             _require_one(result.rowcount, claimed)
-        return claimed.version + 1
+        return claimed.revision + 1
 
     def fail(self, claimed: ClaimedStep, error: str) -> Completion:
         """running -> failed, and every transitive dependent -> skipped."""
@@ -314,7 +314,7 @@ class WorkflowStore:
         """Apply a final status under the claim; return the step's dependents."""
         values: Document = {
             "status": status,
-            "version": claimed.version + 1,
+            "revision": claimed.revision + 1,
             "completed_at": utcnow(),
             "updated_at": utcnow(),
             "lease_expires_at": None,
@@ -343,7 +343,7 @@ class WorkflowStore:
             update(steps)
             .where(steps.c.workflow_id == workflow_id, steps.c.step_id.in_(dependents))
             .values(remaining_deps=steps.c.remaining_deps - 1, updated_at=utcnow())
-            .returning(steps.c.step_id, steps.c.remaining_deps, steps.c.status, steps.c.version)
+            .returning(steps.c.step_id, steps.c.remaining_deps, steps.c.status, steps.c.revision)
         )
         return [(r[0], int(r[3])) for r in rows if r[1] == 0 and r[2] == PENDING]
 
@@ -360,7 +360,7 @@ class WorkflowStore:
             )
             .values(
                 status=SKIPPED,
-                version=steps.c.version + 1,
+                revision=steps.c.revision + 1,
                 completed_at=utcnow(),
                 updated_at=utcnow(),
                 error="a dependency failed",
@@ -403,7 +403,7 @@ class WorkflowStore:
                 workflows.c.remaining_steps,
                 workflows.c.failed_steps,
                 workflows.c.session_id,
-                workflows.c.resume_version,
+                workflows.c.resume_revision,
             )
         ).one()
         if row.remaining_steps > 0:
@@ -414,11 +414,11 @@ class WorkflowStore:
             .where(workflows.c.workflow_id == workflow_id)
             .values(status=status, finished_at=utcnow())
         )
-        return Finished(workflow_id, status, row.session_id, row.resume_version)
+        return Finished(workflow_id, status, row.session_id, row.resume_revision)
 
     # -- recovery --------------------------------------------------------------
 
-    def abandon(self, workflow_id: str, step_id: str, version: int, reason: str) -> Completion:
+    def abandon(self, workflow_id: str, step_id: str, revision: int, reason: str) -> Completion:
         """Fail a step that keeps losing its worker (a poison step)."""
         with read_connection(self.engine) as conn:
             row = conn.execute(
@@ -427,7 +427,7 @@ class WorkflowStore:
                 )
             ).one()
         claimed = ClaimedStep(
-            workflow_id, step_id, version, row.action, {}, [], row.retry_count, row.max_retries
+            workflow_id, step_id, revision, row.action, {}, [], row.retry_count, row.max_retries
         )
         return self.fail(claimed, reason)
 
@@ -474,18 +474,18 @@ class WorkflowStore:
         }
 
 
-def step_at(workflow_id: str, step_id: str, version: int) -> tuple[Any, ...]:
-    """The WHERE conditions that match a step at ``version``."""
+def step_at(workflow_id: str, step_id: str, revision: int) -> tuple[Any, ...]:
+    """The WHERE conditions that match a step at ``revision``."""
     return (
         steps.c.workflow_id == workflow_id,
         steps.c.step_id == step_id,
-        steps.c.version == version,
+        steps.c.revision == revision,
     )
 
 
 def _claim_guard(claimed: ClaimedStep) -> Iterable[Any]:
     return (
-        *step_at(claimed.workflow_id, claimed.step_id, claimed.version),
+        *step_at(claimed.workflow_id, claimed.step_id, claimed.revision),
         steps.c.status == RUNNING,
     )
 
@@ -494,5 +494,5 @@ def _require_one(rowcount: int, claimed: ClaimedStep) -> None:
     if rowcount != 1:
         raise StaleStateError(
             f"step {claimed.workflow_id}/{claimed.step_id} was taken over "
-            f"(no longer at version {claimed.version})"
+            f"(no longer at revision {claimed.revision})"
         )

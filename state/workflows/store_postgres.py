@@ -1,7 +1,7 @@
 """Workflow steps on Postgres in one statement each (data-modifying CTEs, autocommit).
 
-- claim: running at version + 1, returning the step and its dependencies' outputs;
-- succeed: success at version + 1, dependents' unfinished counts decremented (row locks
+- claim: running at revision + 1, returning the step and its dependencies' outputs;
+- succeed: success at revision + 1, dependents' unfinished counts decremented (row locks
   make concurrent siblings count down one after the other), the workflow's counters
   updated, and the dependents that reached zero returned.
 """
@@ -21,10 +21,10 @@ Document = dict[str, Any]
 
 CLAIM = """
 WITH c AS (
-  UPDATE workflow_steps SET status = 'running', version = %(version)s + 1,
+  UPDATE workflow_steps SET status = 'running', revision = %(revision)s + 1,
       started_at = %(now)s, updated_at = %(now)s, lease_expires_at = %(lease)s,
       last_task_id = %(task_id)s
-  WHERE workflow_id = %(workflow_id)s AND step_id = %(step_id)s AND version = %(version)s
+  WHERE workflow_id = %(workflow_id)s AND step_id = %(step_id)s AND revision = %(revision)s
     AND status IN ('pending', 'retrying', 'running') AND remaining_deps = 0
   RETURNING action, inputs, dependencies, dependents, retry_count, max_retries
 )
@@ -39,16 +39,16 @@ FROM c"""
 SUCCEED = """
 WITH s AS (
   UPDATE workflow_steps SET status = 'success', outputs = %(outputs)s::jsonb,
-      version = %(version)s + 1, completed_at = %(now)s, updated_at = %(now)s,
+      revision = %(revision)s + 1, completed_at = %(now)s, updated_at = %(now)s,
       lease_expires_at = NULL, error = NULL, last_task_id = %(task_id)s
-  WHERE workflow_id = %(workflow_id)s AND step_id = %(step_id)s AND version = %(version)s
+  WHERE workflow_id = %(workflow_id)s AND step_id = %(step_id)s AND revision = %(revision)s
     AND status = 'running'
   RETURNING 1
 ), d AS (
   UPDATE workflow_steps SET remaining_deps = remaining_deps - 1, updated_at = %(now)s
   WHERE workflow_id = %(workflow_id)s AND step_id = ANY(%(dependents)s)
     AND EXISTS (SELECT 1 FROM s)
-  RETURNING step_id, remaining_deps, status, version
+  RETURNING step_id, remaining_deps, status, revision
 ), w AS (
   UPDATE workflows SET remaining_steps = remaining_steps - 1, updated_at = %(now)s,
       status = CASE WHEN remaining_steps = 1
@@ -56,10 +56,10 @@ WITH s AS (
                     ELSE status END,
       finished_at = CASE WHEN remaining_steps = 1 THEN %(now)s ELSE finished_at END
   WHERE workflow_id = %(workflow_id)s AND EXISTS (SELECT 1 FROM s)
-  RETURNING remaining_steps, status, session_id, resume_version
+  RETURNING remaining_steps, status, session_id, resume_revision
 )
 SELECT (SELECT count(*) FROM s),
-  (SELECT coalesce(json_agg(json_build_array(step_id, version)), '[]'::json)::text
+  (SELECT coalesce(json_agg(json_build_array(step_id, revision)), '[]'::json)::text
      FROM d WHERE remaining_deps = 0 AND status = 'pending'),
   (SELECT row_to_json(w)::text FROM w)"""
 
@@ -73,7 +73,7 @@ def claim(
     *,
     workflow_id: str,
     step_id: str,
-    version: int,
+    revision: int,
     lease_s: float,
     task_id: str | None,
 ) -> tuple[Any, Document] | None:
@@ -81,7 +81,7 @@ def claim(
     params = {
         "workflow_id": workflow_id,
         "step_id": step_id,
-        "version": version,
+        "revision": revision,
         "now": utcnow(),
         "lease": time.time() + lease_s,
         "task_id": task_id,
@@ -98,7 +98,7 @@ def succeed(
     *,
     workflow_id: str,
     step_id: str,
-    version: int,
+    revision: int,
     outputs: Document,
     task_id: str | None,
     dependents: list[str],
@@ -108,7 +108,7 @@ def succeed(
         "dependents": dependents,
         "workflow_id": workflow_id,
         "step_id": step_id,
-        "version": version,
+        "revision": revision,
         "now": utcnow(),
         "outputs": codec.dumps(outputs),
         "task_id": task_id,

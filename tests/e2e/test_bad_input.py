@@ -109,7 +109,7 @@ def test_a_corrupted_session_is_quarantined_not_a_crash_loop(client: AgentClient
             .where(sessions.c.session_id == session_id)
             .values(
                 doc=json.dumps({"_version": 3, "metadata": "not a dict"}),
-                version=sessions.c.version + 1,
+                revision=sessions.c.revision + 1,
             )
         )
     client.send_message(session_id, "what is 3+3?", user_id=user)

@@ -139,15 +139,15 @@ def test_a_phase_task_delivered_twice_is_applied_once(
     for _ in range(2):  # the same message, delivered twice (same task id)
         app.send_task(
             "agentstate.phase.planning",
-            args=[session_id, at_planning.version],
+            args=[session_id, at_planning.revision],
             task_id=f"dup-{session_id}",
         )
-    app.send_task("agentstate.phase.planning", args=[session_id, at_planning.version])
+    app.send_task("agentstate.phase.planning", args=[session_id, at_planning.revision])
     doc_after = client.wait_for_idle(session_id, timeout=30)
     history = doc_after["message_history"]
     assert [m["content"] for m in history] == ["what is 6*7?", "6*7 = 42"]
     # planning, retrieving, executing, evaluating, generating: five commits, each once.
-    assert doc_after["revision"] == at_planning.version + 5
+    assert doc_after["revision"] == at_planning.revision + 5
 
 
 def test_many_kicks_for_one_message_start_one_turn(

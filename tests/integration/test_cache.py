@@ -55,8 +55,8 @@ def test_a_stale_cached_session_is_not_trusted(settings: Settings) -> None:
         snap, SessionChange(phase="planning", status="active", doc=dict(snap.doc))
     )
     # A reader expecting revision 1 finds revision 0 in the cache: it reads the database.
-    loaded = store.load(snap.session_id, expected_version=1)
-    assert loaded is not None and loaded.version == committed.snapshot.version == 1
+    loaded = store.load(snap.session_id, expected_revision=1)
+    assert loaded is not None and loaded.revision == committed.snapshot.revision == 1
     assert loaded.phase == "planning"
 
 

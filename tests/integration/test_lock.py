@@ -61,7 +61,7 @@ def test_eight_processes_times_500_increments_is_exactly_4000(
     sync = DistributedStateSync(settings=pg_settings)
     assert _count(sync, session_id) == PROCESSES * INCREMENTS
     snap = sync.store.load_from_database(session_id)
-    assert snap is not None and snap.version == PROCESSES * INCREMENTS
+    assert snap is not None and snap.revision == PROCESSES * INCREMENTS
     record_property("lock_4000_seconds", round(elapsed, 2))
     print(f"\n8x500 update_state_atomic: {elapsed:.1f}s ({4000 / elapsed:.0f} updates/s)")
 

@@ -60,7 +60,7 @@ def _change(snapshot, phase="planning", messages_=()):
 
 def test_created_session_is_idle_at_revision_zero_and_current_version(store: SessionStore) -> None:
     snap = store.create(uid("s"), "alice")
-    assert (snap.phase, snap.version, snap.user_id) == ("idle", 0, "alice")
+    assert (snap.phase, snap.revision, snap.user_id) == ("idle", 0, "alice")
     assert snap.doc["_version"] == CURRENT_VERSION
     assert store.create(snap.session_id, "bob").user_id == "alice"  # creating again is a no-op
 
@@ -69,11 +69,11 @@ def test_guarded_commit_bumps_the_version_and_appends_messages(store: SessionSto
     snap = store.create(uid("s"), "alice")
     hello = make_message("user", "hello")
     result = store.commit(snap, _change(snap, messages_=[hello]))
-    assert result.snapshot.version == 1
+    assert result.snapshot.revision == 1
     assert result.snapshot.message_count == 1
     reloaded = store.load_from_database(snap.session_id)
     assert reloaded is not None
-    assert (reloaded.phase, reloaded.version) == ("planning", 1)
+    assert (reloaded.phase, reloaded.revision) == ("planning", 1)
     assert [m["content"] for m in store.history(snap.session_id)] == ["hello"]
 
 
@@ -93,7 +93,7 @@ def test_lost_lock_before_commit_rolls_everything_back(store: SessionStore) -> N
     with pytest.raises(StaleStateError, match="lock was lost"):
         store.commit(snap, _change(snap, messages_=[make_message("user", "x")]), lambda: False)
     reloaded = store.load_from_database(snap.session_id)
-    assert reloaded is not None and reloaded.version == 0
+    assert reloaded is not None and reloaded.revision == 0
     assert store.history(snap.session_id) == []
 
 
@@ -207,7 +207,7 @@ def test_malformed_session_document_is_quarantined_not_a_crash_loop(
     assert "quarantined" in snap.doc["metadata"]
     assert _count(backend, quarantine, key=session_id) == 1
     again = store.load_from_database(session_id)  # loads cleanly from now on
-    assert again is not None and again.version == snap.version
+    assert again is not None and again.revision == snap.revision
 
 
 # -- user state (layer 3) --------------------------------------------------------------
@@ -273,7 +273,7 @@ def test_future_user_state_is_refused_and_its_row_unchanged(
         manager.load_user_state(user)
     with backend.engine.connect() as conn:
         row = conn.execute(
-            select(user_state.c.state, user_state.c.version).where(user_state.c.user_id == user)
+            select(user_state.c.state, user_state.c.revision).where(user_state.c.user_id == user)
         ).one()
     assert json.loads(row[0]) == json.loads(raw) and row[1] == 0
 
@@ -380,9 +380,9 @@ def test_retry_moves_the_version_so_the_old_claim_is_dead(backend: Backend) -> N
     )
     first = wfs.claim(workflow_id, "a", 0, lease_s=30)
     assert first is not None
-    version = wfs.retry(first, "flaky")
-    assert wfs.claim(workflow_id, "a", first.version, lease_s=30) is None
-    second = wfs.claim(workflow_id, "a", version, lease_s=30)
+    revision = wfs.retry(first, "flaky")
+    assert wfs.claim(workflow_id, "a", first.revision, lease_s=30) is None
+    second = wfs.claim(workflow_id, "a", revision, lease_s=30)
     assert second is not None and second.retry_count == 1
     with pytest.raises(StaleStateError):
         wfs.succeed(first, {})
@@ -399,7 +399,7 @@ def test_a_redelivered_task_finds_what_its_lost_commit_left_to_do(backend: Backe
     wfs.heartbeat(claimed, lease_s=-1)  # the lease lapses: the first delivery is gone
     # The claim committed but its acknowledgement was lost: the same task finds its claim.
     left = wfs.leftover(workflow_id, "a", "task-a")
-    assert left is not None and left.claimed is not None and left.claimed.version == 1
+    assert left is not None and left.claimed is not None and left.claimed.revision == 1
     assert wfs.leftover(workflow_id, "a", "another-task") is None
     from dataclasses import replace
 

@@ -39,7 +39,7 @@ def drain(engine: TurnEngine, dispatcher: RecordingDispatcher) -> list[str]:
 def send(engine: TurnEngine, dispatcher: RecordingDispatcher, session_id: str, text: str) -> None:
     item = engine.sessions.accept_message(session_id, "u-1", text)
     if item.needs_kick:
-        dispatcher.phase("understanding", session_id, item.session_version)
+        dispatcher.phase("understanding", session_id, item.session_revision)
 
 
 def test_every_phase_policy_dispatches_each_phase(settings: Settings) -> None:
@@ -68,7 +68,7 @@ def test_inline_policy_hops_only_before_a_slow_phase(settings: Settings) -> None
     ran = drain(engine, dispatcher)
     assert ran == ["understanding:applied", "executing:applied"]  # two tasks, six commits
     snap = engine.sessions.load_from_database(session_id)
-    assert snap is not None and snap.version == 6
+    assert snap is not None and snap.revision == 6
     assert snap.doc["metadata"]["turn"]["path"] == [
         "idle",
         "understanding",
@@ -102,7 +102,7 @@ def test_a_stale_cached_copy_is_caught_and_the_database_used(settings: Settings)
     assert snap is not None
     # Another writer commits revision 1 and dies before refreshing the cache.
     engine.sessions.commit(snap, SessionChange(phase="idle", status="active", doc=dict(snap.doc)))
-    outcome = engine.run_phase("understanding", session_id, item.session_version)
+    outcome = engine.run_phase("understanding", session_id, item.session_revision)
     assert outcome.status == "applied"
     drain(engine, dispatcher)
     assert engine.sessions.history(session_id)[-1]["content"] == "3+3 = 6"
@@ -134,7 +134,7 @@ def test_resume_and_break_turn_from_any_phase(settings: Settings) -> None:
     snap = engine.sessions.load_from_database(session_id)
     assert snap is not None and snap.phase == "planning"
     assert engine.resume(snap) == "planning"
-    assert dispatcher.sent == [("phase", ("planning", session_id, snap.version))]
+    assert dispatcher.sent == [("phase", ("planning", session_id, snap.revision))]
     outcome = engine.break_turn(snap, "error_occurred", "sorry", "poison")
     assert outcome.status == "error_occurred"
     doc = engine.sessions.document(session_id)
@@ -184,7 +184,7 @@ def test_a_session_left_in_error_or_timeout_is_reset_by_resume(
         conn.execute(
             update(sessions)
             .where(sessions.c.session_id == session_id)
-            .values(phase=phase, version=5)
+            .values(phase=phase, revision=5)
         )
     snap = engine.sessions.load_from_database(session_id)
     assert snap is not None
