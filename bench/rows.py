@@ -111,7 +111,7 @@ def _latencies_from_timestamps(session_id: str) -> list[float]:
     from state.storage.backend import Backend
 
     backend = Backend.build(harness.bench_settings())
-    history = SessionStore(backend.engine, backend.cache).history(session_id)
+    history = SessionStore.for_engine(backend.engine, backend.cache).history(session_id)
     latencies = []
     for item in history:
         reply_to = item["metadata"].get("reply_to")

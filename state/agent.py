@@ -17,19 +17,18 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Protocol, TypeVar
 
+from state.documents.codec import Document
 from state.errors import AgentStateError
-from state.machine import WORK_PHASES
-
-Document = dict[str, Any]
+from state.machine import WORK_PHASES, Phase, Trigger
 
 # The trigger each phase fires when a handler is missing (an agent may define fewer).
-DEFAULT_TRIGGERS = {
-    "understanding": "intent_clear",
-    "planning": "plan_ready",
-    "retrieving": "context_ready",
-    "executing": "tools_complete",
-    "evaluating": "result_good",
-    "generating": "response_sent",
+DEFAULT_TRIGGERS: dict[str, str] = {
+    Phase.UNDERSTANDING: Trigger.INTENT_CLEAR,
+    Phase.PLANNING: Trigger.PLAN_READY,
+    Phase.RETRIEVING: Trigger.CONTEXT_READY,
+    Phase.EXECUTING: Trigger.TOOLS_COMPLETE,
+    Phase.EVALUATING: Trigger.RESULT_GOOD,
+    Phase.GENERATING: Trigger.RESPONSE_SENT,
 }
 
 

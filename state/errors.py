@@ -39,6 +39,11 @@ class InvalidTransitionError(AgentStateError):
     """The trigger is not allowed from the machine's current state."""
 
 
+class UnstorableResultError(AgentStateError):
+    """A handler's result cannot be committed (its user-state change raised, its workflow
+    id is taken, ...): the turn ends with an apology instead of being retried."""
+
+
 class StaleStateError(AgentStateError):
     """The state changed (or the lock was lost) since it was read; nothing was written."""
 

@@ -24,12 +24,15 @@ import redis
 
 from config import Settings, get_settings
 from state.documents import codec
+from state.documents.codec import Document
 from state.errors import CorruptStateError, InvalidPayloadError, StateLockAcquisitionError
 from state.ids import validate_id
-from state.machine import STATES
+from state.machine import STATES, Phase
 from state.migrate import stamp
-from state.session import ROLES, SessionState
-from state.sessions.store import SessionChange, SessionStore, Snapshot, full_document, new_document
+from state.session import ROLES, SessionState, SessionStatus
+from state.sessions.rows import full_document, new_document
+from state.sessions.snapshot import SessionChange, Snapshot
+from state.sessions.store import SessionStore
 from state.storage import keys
 from state.storage.backend import Backend
 from state.storage.cache import CachedEntry, decode_entry
@@ -46,7 +49,6 @@ __all__ = ["DistributedStateSync", "LockHandle", "StateLockAcquisitionError"]
 
 logger = logging.getLogger(__name__)
 
-Document = dict[str, Any]
 DEFAULT_RETRY_BASE_DELAY_S = 0.002
 # A short ceiling keeps long waiters polling often, so newcomers cannot starve them.
 DEFAULT_RETRY_MAX_DELAY_S = 0.02
@@ -86,7 +88,7 @@ class DistributedStateSync:
         settings = settings or get_settings()
         if store is None:
             backend = Backend.build(settings, redis_client=redis_client)
-            store = SessionStore(backend.engine, backend.cache)
+            store = SessionStore.for_engine(backend.engine, backend.cache)
         self.redis = redis_client or store.cache.redis
         self.store = store
         self.lock_timeout = lock_timeout if lock_timeout is not None else settings.lock_timeout
@@ -300,7 +302,7 @@ def _new_token(node_id: str | None) -> str:
 
 def _unsaved(session_id: str) -> Snapshot:
     doc = new_document(session_id, "")
-    return Snapshot(session_id, "", "idle", "active", 0, doc, 0, stored=False)
+    return Snapshot(session_id, "", Phase.IDLE, SessionStatus.ACTIVE, 0, doc, 0, stored=False)
 
 
 def _change_from(current: Document, proposed: object) -> SessionChange:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from enum import StrEnum
 from typing import Any, ClassVar
 
 from transitions import Machine, MachineError
@@ -18,47 +19,77 @@ from state.errors import InvalidTransitionError
 
 logger = logging.getLogger(__name__)
 
-STATES: list[str] = [
-    "idle",  # waiting for the user
-    "understanding",  # working out the intent
-    "planning",  # deciding what to do
-    "retrieving",  # fetching memory and knowledge
-    "executing",  # calling tools
-    "evaluating",  # judging the tool results
-    "generating",  # writing the reply
-    "clarifying",  # waiting for the user to clarify
-    "error",
-    "timeout",
-]
+
+class Phase(StrEnum):
+    """The FSM's states, the seed's ten (a phase is where a session's turn is)."""
+
+    IDLE = "idle"  # waiting for the user
+    UNDERSTANDING = "understanding"  # working out the intent
+    PLANNING = "planning"  # deciding what to do
+    RETRIEVING = "retrieving"  # fetching memory and knowledge
+    EXECUTING = "executing"  # calling tools
+    EVALUATING = "evaluating"  # judging the tool results
+    GENERATING = "generating"  # writing the reply
+    CLARIFYING = "clarifying"  # waiting for the user to clarify
+    ERROR = "error"
+    TIMEOUT = "timeout"
+
+
+class Trigger(StrEnum):
+    """The FSM's triggers, the seed's thirteen."""
+
+    RECEIVE_INPUT = "receive_input"
+    INTENT_CLEAR = "intent_clear"
+    NEED_CLARIFICATION = "need_clarification"
+    PLAN_READY = "plan_ready"
+    CONTEXT_READY = "context_ready"
+    TOOLS_COMPLETE = "tools_complete"
+    RETRY_NEEDED = "retry_needed"
+    RESULT_GOOD = "result_good"
+    RESPONSE_SENT = "response_sent"
+    USER_RESPONDED = "user_responded"
+    ERROR_OCCURRED = "error_occurred"
+    TIMEOUT = "timeout"
+    RESET = "reset"
+
+
+# transitions gets plain strings: it treats Enum states by their member names.
+STATES: list[str] = [phase.value for phase in Phase]
+
+
+def _row(trigger: Trigger, source: Phase | list[Phase] | str, dest: Phase) -> dict[str, Any]:
+    plain = [p.value for p in source] if isinstance(source, list) else str(source)
+    return {"trigger": trigger.value, "source": plain, "dest": dest.value}
+
 
 TRANSITIONS: list[dict[str, Any]] = [
-    {"trigger": "receive_input", "source": "idle", "dest": "understanding"},
-    {"trigger": "intent_clear", "source": "understanding", "dest": "planning"},
-    {"trigger": "need_clarification", "source": "understanding", "dest": "clarifying"},
-    {"trigger": "plan_ready", "source": "planning", "dest": "retrieving"},
-    {"trigger": "context_ready", "source": "retrieving", "dest": "executing"},
-    {"trigger": "tools_complete", "source": "executing", "dest": "evaluating"},
-    {"trigger": "retry_needed", "source": "evaluating", "dest": "executing"},
-    {"trigger": "result_good", "source": "evaluating", "dest": "generating"},
-    {"trigger": "response_sent", "source": "generating", "dest": "idle"},
-    {"trigger": "user_responded", "source": "clarifying", "dest": "understanding"},
-    {"trigger": "error_occurred", "source": "*", "dest": "error"},
-    {"trigger": "timeout", "source": "*", "dest": "timeout"},
-    {"trigger": "reset", "source": ["error", "timeout"], "dest": "idle"},
+    _row(Trigger.RECEIVE_INPUT, Phase.IDLE, Phase.UNDERSTANDING),
+    _row(Trigger.INTENT_CLEAR, Phase.UNDERSTANDING, Phase.PLANNING),
+    _row(Trigger.NEED_CLARIFICATION, Phase.UNDERSTANDING, Phase.CLARIFYING),
+    _row(Trigger.PLAN_READY, Phase.PLANNING, Phase.RETRIEVING),
+    _row(Trigger.CONTEXT_READY, Phase.RETRIEVING, Phase.EXECUTING),
+    _row(Trigger.TOOLS_COMPLETE, Phase.EXECUTING, Phase.EVALUATING),
+    _row(Trigger.RETRY_NEEDED, Phase.EVALUATING, Phase.EXECUTING),
+    _row(Trigger.RESULT_GOOD, Phase.EVALUATING, Phase.GENERATING),
+    _row(Trigger.RESPONSE_SENT, Phase.GENERATING, Phase.IDLE),
+    _row(Trigger.USER_RESPONDED, Phase.CLARIFYING, Phase.UNDERSTANDING),
+    _row(Trigger.ERROR_OCCURRED, "*", Phase.ERROR),
+    _row(Trigger.TIMEOUT, "*", Phase.TIMEOUT),
+    _row(Trigger.RESET, [Phase.ERROR, Phase.TIMEOUT], Phase.IDLE),
 ]
 
 TRIGGERS: tuple[str, ...] = tuple(dict.fromkeys(t["trigger"] for t in TRANSITIONS))
 
-# Phases in which a turn is waiting for the user rather than for a worker.
-RESTING_STATES = frozenset({"idle", "clarifying"})
+# Phases in which a turn waits for the user rather than for a worker.
+RESTING_PHASES = frozenset({Phase.IDLE, Phase.CLARIFYING})
 # Phases that run a handler; each is one Celery task by name.
-WORK_PHASES: tuple[str, ...] = (
-    "understanding",
-    "planning",
-    "retrieving",
-    "executing",
-    "evaluating",
-    "generating",
+WORK_PHASES: tuple[Phase, ...] = (
+    Phase.UNDERSTANDING,
+    Phase.PLANNING,
+    Phase.RETRIEVING,
+    Phase.EXECUTING,
+    Phase.EVALUATING,
+    Phase.GENERATING,
 )
 
 _local = threading.local()
@@ -89,7 +120,7 @@ class AgentStateMachine:
         if initial not in STATES:
             raise InvalidTransitionError(f"unknown state {initial!r}")
         self.session_id = session_id
-        self.state = initial
+        self.state = str(initial)  # a plain str: transitions reads Enum states by name
         self.path: list[str] = []
 
     def trigger(self, name: str) -> str:

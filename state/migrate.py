@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from state.clock import utcnow
+from state.documents.codec import Document
 from state.errors import FutureVersionError, MigrationError
-from state.session import utcnow
 
-Document = dict[str, Any]
 VERSION_KEY = "_version"
 
 

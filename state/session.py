@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
+from state.clock import utcnow
 from state.errors import CorruptStateError
 
 ROLES = ("user", "assistant", "system", "tool")
 
 
-class SessionStatus(Enum):
+class SessionStatus(StrEnum):
     """Where a session is in its life (the FSM phase says where a turn is)."""
 
     ACTIVE = "active"
@@ -20,23 +21,6 @@ class SessionStatus(Enum):
     COMPLETED = "completed"
     FAILED = "failed"
     TIMEOUT = "timeout"
-
-
-def utcnow() -> datetime:
-    """Now, timezone-aware in UTC (the only clock state/ uses)."""
-    return datetime.now(UTC)
-
-
-def iso(moment: datetime | None) -> str | None:
-    """ISO 8601 in UTC; SQLite hands timestamps back without their zone, Postgres with."""
-    if moment is None:
-        return None
-    return as_utc(moment).isoformat()
-
-
-def as_utc(moment: datetime) -> datetime:
-    """``moment`` with its zone, UTC when the database dropped it."""
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def make_message(

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import redis
 from sqlalchemy import Connection, Engine
 
 from config import Settings
-from state.documents.codec import decode_document, require_object
+from state.documents.codec import Document, decode_document, require_object
 from state.errors import CorruptStateError, FutureVersionError, MigrationError
 from state.ids import validate_id
 from state.migrate import StateMigrator, stamp
@@ -24,8 +23,6 @@ from state.storage.backend import Backend
 from state.storage.db import get_engine
 
 logger = logging.getLogger(__name__)
-
-Document = dict[str, Any]
 
 
 class PersistentStateManager:

@@ -1,7 +1,10 @@
 """Layer 2, workflow state: multi-step work as a DAG of steps.
 
-Readiness is kept as a count of unfinished dependencies per step, so finishing a step
-costs O(its dependents) instead of a scan over every step.
+The seed's queries (:meth:`WorkflowState.get_ready_steps`, :meth:`WorkflowState.is_complete`)
+answer from the steps' statuses as they are now, including a status set directly on a
+step, as the seed's own code drives them. The engine's path is incremental instead: each
+step keeps a count of unfinished dependencies, so :meth:`WorkflowState.mark_success`
+returns the dependents it made ready in O(its dependents), not a scan over every step.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from state.documents.codec import require_storable
@@ -24,7 +27,7 @@ MAX_RETRIES_LIMIT = 100
 DEFAULT_MAX_RETRIES = 3
 
 
-class WorkflowStepStatus(Enum):
+class WorkflowStepStatus(StrEnum):
     """Where one step is."""
 
     PENDING = "pending"
@@ -33,6 +36,19 @@ class WorkflowStepStatus(Enum):
     FAILED = "failed"
     SKIPPED = "skipped"
     RETRYING = "retrying"
+
+
+class WorkflowStatus(StrEnum):
+    """Where a whole workflow is: running until every step is terminal."""
+
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"
+
+    @classmethod
+    def finished(cls) -> frozenset[WorkflowStatus]:
+        """The statuses of a workflow that will not change again."""
+        return frozenset({cls.SUCCESS, cls.FAILED})
 
 
 TERMINAL = frozenset(
@@ -66,7 +82,7 @@ class WorkflowStep:
 
 @dataclass
 class WorkflowState:
-    """The progress of one workflow; readiness is maintained incrementally."""
+    """The progress of one workflow (see the module docstring for how readiness works)."""
 
     workflow_id: str
     session_id: str | None
@@ -90,20 +106,21 @@ class WorkflowState:
                 for dep in step.dependencies
                 if self.steps[dep].status != WorkflowStepStatus.SUCCESS
             )
-        self._ready = {
-            sid
-            for sid, step in self.steps.items()
-            if step.status == WorkflowStepStatus.PENDING and step.remaining_deps == 0
-        }
 
     def get_ready_steps(self) -> list[WorkflowStep]:
-        """Pending steps whose dependencies all succeeded, in definition order."""
-        return [step for sid, step in self.steps.items() if sid in self._ready]
+        """Pending steps whose dependencies all succeeded now, in definition order."""
+        return [
+            step
+            for step in self.steps.values()
+            if step.status == WorkflowStepStatus.PENDING
+            and all(
+                self.steps[dep].status == WorkflowStepStatus.SUCCESS for dep in step.dependencies
+            )
+        ]
 
     def start(self, step_id: str) -> WorkflowStep:
         """Mark a ready step running."""
         step = self.steps[step_id]
-        self._ready.discard(step_id)
         step.status = WorkflowStepStatus.RUNNING
         self.current_step = step_id
         return step
@@ -115,7 +132,6 @@ class WorkflowState:
         step = self.steps[step_id]
         if step.is_terminal:
             return []  # a repeated completion must not release dependents twice
-        self._ready.discard(step_id)
         step.status = WorkflowStepStatus.SUCCESS
         step.outputs = dict(outputs or {})
         newly_ready = []
@@ -123,7 +139,6 @@ class WorkflowState:
             dependent = self.steps[dep_id]
             dependent.remaining_deps -= 1
             if dependent.remaining_deps == 0 and dependent.status == WorkflowStepStatus.PENDING:
-                self._ready.add(dep_id)
                 newly_ready.append(dependent)
         return newly_ready
 
@@ -131,14 +146,12 @@ class WorkflowState:
         """Record a final failure; skip and return every transitive dependent."""
         if self.steps[step_id].is_terminal:
             return []
-        self._ready.discard(step_id)
         self.steps[step_id].status = WorkflowStepStatus.FAILED
         skipped = []
         for dep_id in transitive_dependents(self.steps, [step_id]):
             dependent = self.steps[dep_id]
             if not dependent.is_terminal:
                 dependent.status = WorkflowStepStatus.SKIPPED
-                self._ready.discard(dep_id)
                 skipped.append(dependent)
         return skipped
 
@@ -154,12 +167,12 @@ class WorkflowState:
         return all(s.is_terminal for s in self.steps.values())
 
     @property
-    def status(self) -> str:
+    def status(self) -> WorkflowStatus:
         """``running`` until finished, then ``failed`` if any step failed, else ``success``."""
         if not self.is_finished():
-            return "running"
+            return WorkflowStatus.RUNNING
         failed = any(s.status == WorkflowStepStatus.FAILED for s in self.steps.values())
-        return "failed" if failed else "success"
+        return WorkflowStatus.FAILED if failed else WorkflowStatus.SUCCESS
 
 
 def transitive_dependents(steps: dict[str, WorkflowStep], roots: Iterable[str]) -> list[str]:

@@ -10,17 +10,16 @@ import importlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from config import get_settings
 from state.calculator import evaluate
+from state.documents.codec import Document
 from state.errors import ActionFailed, ActionRegistrationError, InvalidPayloadError
 
 __all__ = ["ActionFailed", "action", "get_action", "import_action_modules", "known_actions"]
 
 logger = logging.getLogger(__name__)
 
-Document = dict[str, Any]
 ActionFn = Callable[[Document, Document, Document], Document]
 MAX_SLEEP_S = 3600.0
 

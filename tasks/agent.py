@@ -17,9 +17,9 @@ from typing import Any
 
 from state.agent import PhaseContext, PhaseResult, quick
 from state.calculator import evaluate, format_number
+from state.documents.codec import Document
 from state.errors import CalculationError
 
-Document = dict[str, Any]
 MAX_ATTEMPTS = 3
 
 _REMEMBER = re.compile(

@@ -257,9 +257,9 @@ def cmd_migrate(args: argparse.Namespace) -> None:
     rt = runtime()
     show = None if args.json else progress.count_printer()
     sessions = migrate_sessions(
-        rt.turns.sessions, dry_run=args.dry_run, batch=args.batch, progress=show
+        rt.services.sessions, dry_run=args.dry_run, batch=args.batch, progress=show
     )
-    users = migrate_users(rt.turns.users, dry_run=args.dry_run, batch=args.batch, progress=show)
+    users = migrate_users(rt.services.users, dry_run=args.dry_run, batch=args.batch, progress=show)
     data = {"dry_run": args.dry_run, "sessions": sessions.as_dict(), "users": users.as_dict()}
     _emit(args, data, lambda: progress.print_migration(data))
 

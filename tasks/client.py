@@ -11,20 +11,21 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from celery import Celery
 from kombu.exceptions import OperationalError as BrokerError
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from config import Settings, get_settings, redact_url
-from state.documents.codec import require_object, require_text
+from state.documents.codec import Document, require_object, require_text
 from state.errors import NotFoundError
 from state.ids import validate_id
-from state.machine import RESTING_STATES
+from state.machine import RESTING_PHASES, Phase
+from state.sessions.inbox import Inbox
 from state.sessions.store import SessionStore
 from state.storage.backend import Backend
 from state.store import PersistentStateManager
+from state.workflow import WorkflowStatus
 from state.workflows.engine import WorkflowEngine
 from state.workflows.store import WorkflowStore
 from tasks.actions import get_action, known_actions
@@ -34,10 +35,8 @@ from tasks.dispatch import CeleryDispatcher
 
 logger = logging.getLogger(__name__)
 
-Document = dict[str, Any]
 _FIRST_POLL_S = 0.01
 _MAX_POLL_S = 0.1
-_FINISHED = ("success", "failed")
 
 
 class AgentClient:
@@ -46,7 +45,8 @@ class AgentClient:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or get_settings()
         self.backend = Backend.build(self.settings)
-        self.sessions = SessionStore(self.backend.engine, self.backend.cache)
+        self.sessions = SessionStore.for_engine(self.backend.engine, self.backend.cache)
+        self.inbox = Inbox(self.backend.engine)
         self.users = PersistentStateManager(
             self.backend.redis, self.backend.engine, settings=self.settings
         )
@@ -54,7 +54,10 @@ class AgentClient:
         celery: Celery = default_app if self.settings == get_settings() else make_app(self.settings)
         self.dispatcher = CeleryDispatcher(celery)
         self.workflows = WorkflowEngine(
-            WorkflowStore(self.backend.engine), self.dispatcher, get_action, self.settings
+            WorkflowStore.for_engine(self.backend.engine),
+            self.dispatcher,
+            get_action,
+            self.settings,
         )
 
     # -- conversations ---------------------------------------------------------
@@ -64,12 +67,12 @@ class AgentClient:
         validate_id(session_id, "session")
         validate_id(user_id, "user")
         require_text(text, "message", self.settings.max_message_bytes)
-        item = self.sessions.accept_message(session_id, user_id, text)
+        item = self.inbox.accept(session_id, user_id, text)
         if not item.needs_kick:
             return item.message_id  # the running turn takes it from the inbox when it ends
         try:
             # The revision only tells the worker which cached copy it may trust.
-            self.dispatcher.phase("understanding", session_id, item.session_revision)
+            self.dispatcher.phase(Phase.UNDERSTANDING, session_id, item.session_revision)
         except BrokerError as exc:
             # The message is durable; the recovery sweep will start its turn.
             logger.warning("enqueue failed, the sweep will retry: %s", redact_url(str(exc)))
@@ -80,7 +83,7 @@ class AgentClient:
         validate_id(session_id, "session")
         doc = self.sessions.document(session_id)
         if doc is not None:
-            doc["queued"] = self.sessions.queued_count(session_id)
+            doc["queued"] = self.inbox.queued_count(session_id)
         return doc
 
     def wait_for_idle(self, session_id: str, timeout: float = 30.0) -> Document:
@@ -89,11 +92,11 @@ class AgentClient:
         seen = {"phase": "unknown"}
 
         def rested() -> Document | None:
-            found = self.sessions.resting(session_id)
+            found = self.inbox.resting(session_id)
             if found is None:
                 raise NotFoundError(f"unknown session {session_id!r}")
             seen["phase"], queued = found
-            if seen["phase"] not in RESTING_STATES or queued:
+            if seen["phase"] not in RESTING_PHASES or queued:
                 return None
             return self.get_session(session_id)
 
@@ -127,7 +130,7 @@ class AgentClient:
                 raise NotFoundError(f"unknown workflow {workflow_id!r}")
             done = doc["total_steps"] - doc["remaining_steps"]
             seen["progress"] = f"{done}/{doc['total_steps']} steps done"
-            return doc if doc["status"] in _FINISHED else None
+            return doc if doc["status"] in WorkflowStatus.finished() else None
 
         return _poll(
             finished, timeout, lambda: f"workflow {workflow_id} unfinished ({seen['progress']})"

@@ -5,26 +5,29 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from state.clock import utcnow
 from state.recovery.queries import expire_idle_sessions
-from state.session import utcnow
 from tasks.app import app
-from tasks.options import TASK_OPTIONS, with_retries
+from tasks.base import AgentStateTask, stale_result
 from tasks.runtime import runtime
 
+SWEEP_TASK = "agentstate.recovery.sweep"
+EXPIRE_TASK = "agentstate.session.expire_idle"
 
-@app.task(name="agentstate.recovery.sweep", **TASK_OPTIONS)
-def sweep(self: Any) -> dict[str, int]:
+
+@app.task(name=SWEEP_TASK, base=AgentStateTask, bind=True)
+def sweep(self: AgentStateTask) -> Any:
     """Re-enqueue lost work (sessions, inbox messages, workflow steps)."""
-
-    def sweep_once() -> Any:
-        return runtime().recovery.run()
-
-    return dict(with_retries(self, sweep_once).as_dict())
+    return self.attempt(lambda: runtime().recovery.run().as_dict(), stale_result())
 
 
-@app.task(name="agentstate.session.expire_idle", **TASK_OPTIONS)
-def expire_idle(self: Any) -> dict[str, int]:
+@app.task(name=EXPIRE_TASK, base=AgentStateTask, bind=True)
+def expire_idle(self: AgentStateTask) -> Any:
     """Mark sessions idle past AGENTSTATE_SESSION_TTL as timed out."""
     rt = runtime()
     cutoff = utcnow() - timedelta(seconds=rt.backend.settings.session_ttl)
-    return {"expired": with_retries(self, lambda: expire_idle_sessions(rt.backend.engine, cutoff))}
+    return {
+        "expired": self.attempt(
+            lambda: expire_idle_sessions(rt.backend.engine, cutoff), lambda _exc: 0
+        )
+    }

@@ -7,7 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-Document = dict[str, Any]
+from state.documents.codec import Document
+
 _POLL_S = 0.03
 _BAR_WIDTH = 30
 

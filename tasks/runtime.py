@@ -10,6 +10,7 @@ from state.agent import load_agent
 from state.recovery.sweep import RecoverySweep
 from state.storage.backend import Backend, default_backend, reset_backends
 from state.turns.engine import TurnEngine
+from state.turns.services import TurnServices
 from state.workflows.engine import WorkflowEngine
 from state.workflows.store import WorkflowStore
 from tasks.actions import get_action, known_actions
@@ -22,6 +23,7 @@ class Runtime:
     """Everything a worker process uses to run agentstate tasks."""
 
     backend: Backend
+    services: TurnServices
     turns: TurnEngine
     workflows: WorkflowEngine
     recovery: RecoverySweep
@@ -40,14 +42,15 @@ def runtime() -> Runtime:
 
 
 def build_runtime(backend: Backend) -> Runtime:
-    """Wire the engines together for ``backend``."""
+    """Wire the stores and engines together for ``backend``."""
     dispatcher = CeleryDispatcher(app)
-    agent = load_agent(backend.settings.agent)
-    turns = TurnEngine(backend, agent, dispatcher, known_actions)
+    services = TurnServices.build(backend, dispatcher, known_actions)
+    turns = TurnEngine(services, load_agent(backend.settings.agent))
     workflows = WorkflowEngine(
-        WorkflowStore(backend.engine), dispatcher, get_action, backend.settings
+        WorkflowStore.for_engine(backend.engine), dispatcher, get_action, backend.settings
     )
-    return Runtime(backend, turns, workflows, RecoverySweep(turns, workflows))
+    recovery = RecoverySweep(services, turns.interventions, workflows)
+    return Runtime(backend, services, turns, workflows, recovery)
 
 
 def reset_runtime() -> None:

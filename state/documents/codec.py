@@ -9,6 +9,9 @@ import orjson
 
 from state.errors import CorruptStateError, InvalidPayloadError, MessageTooLargeError
 
+# A JSON object as Python holds it: every state document, payload and result.
+Document = dict[str, Any]
+
 # An escaped NUL: "\u0000" preceded by an even number of backslashes.
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
@@ -26,7 +29,7 @@ def loads(raw: str | bytes) -> Any:
     return orjson.loads(raw)
 
 
-def require_object(value: Any, what: str) -> dict[str, Any]:
+def require_object(value: Any, what: str) -> Document:
     """Return ``value`` if it is a JSON object every backend can store, else raise."""
     if not isinstance(value, dict):
         raise InvalidPayloadError(f"{what} must be a JSON object, got {type(value).__name__}")
@@ -63,7 +66,7 @@ def require_text(text: Any, what: str, max_bytes: int) -> int:
     return size
 
 
-def decode_document(raw: str | bytes) -> dict[str, Any]:
+def decode_document(raw: str | bytes) -> Document:
     """Parse a stored state document; anything but a JSON object is CorruptStateError."""
     try:
         doc = orjson.loads(raw)

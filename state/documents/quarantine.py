@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, insert, select
 
-from state.session import utcnow
+from state.clock import utcnow
 from state.storage.tables import quarantine as quarantine_table
 
 _MAX_PAYLOAD_CHARS = 1_000_000

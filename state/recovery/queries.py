@@ -10,12 +10,14 @@ from datetime import datetime
 
 from sqlalchemy import Engine, and_, or_, select, update
 
-from state.machine import RESTING_STATES as RESTING
-from state.session import SessionStatus, utcnow
-from state.sessions.snapshot import Snapshot
+from state.clock import utcnow
+from state.machine import RESTING_PHASES
+from state.session import SessionStatus
+from state.sessions.snapshot import InboxState, Snapshot
 from state.storage.db import read_connection
 from state.storage.tables import inbox, sessions, steps
-from state.workflows.store import PENDING, RETRYING, RUNNING, step_at
+from state.workflow import WorkflowStepStatus
+from state.workflows.store import step_at
 
 # -- sessions ------------------------------------------------------------------
 
@@ -26,7 +28,7 @@ def stuck_sessions(engine: Engine, cutoff: datetime, limit: int) -> list[str]:
         rows = conn.execute(
             select(sessions.c.session_id)
             .where(
-                sessions.c.phase.not_in(tuple(RESTING)),
+                sessions.c.phase.not_in(tuple(RESTING_PHASES)),
                 sessions.c.updated_at < cutoff,
             )
             .order_by(sessions.c.updated_at)
@@ -43,12 +45,12 @@ def sessions_waiting_in_inbox(engine: Engine, cutoff: datetime, limit: int) -> l
         rows = conn.execute(
             select(sessions.c.session_id)
             .where(
-                sessions.c.phase.in_(tuple(RESTING)),
+                sessions.c.phase.in_(tuple(RESTING_PHASES)),
                 sessions.c.updated_at < cutoff,
                 select(inbox.c.message_id)
                 .where(
                     inbox.c.session_id == sessions.c.session_id,
-                    inbox.c.state == "queued",
+                    inbox.c.state == InboxState.QUEUED,
                     inbox.c.created_at < cutoff,
                 )
                 .exists(),
@@ -81,12 +83,14 @@ def expire_idle_sessions(engine: Engine, cutoff: datetime) -> int:
         result = conn.execute(
             update(sessions)
             .where(
-                sessions.c.phase.in_(tuple(RESTING)),
-                sessions.c.status.in_(("active", "paused")),
+                sessions.c.phase.in_(tuple(RESTING_PHASES)),
+                sessions.c.status.in_((SessionStatus.ACTIVE, SessionStatus.PAUSED)),
                 sessions.c.updated_at < cutoff,
                 # A message waiting for its turn means the session is in use.
                 ~select(inbox.c.message_id)
-                .where(inbox.c.session_id == sessions.c.session_id, inbox.c.state == "queued")
+                .where(
+                    inbox.c.session_id == sessions.c.session_id, inbox.c.state == InboxState.QUEUED
+                )
                 .exists(),
             )
             .values(status=SessionStatus.TIMEOUT.value, revision=sessions.c.revision + 1)
@@ -101,12 +105,14 @@ def stuck_steps(engine: Engine, cutoff: datetime, limit: int) -> list[tuple[str,
     """(workflow_id, step_id, revision, status) of steps with no live task."""
     # No live task: a running step whose lease expired, or a ready or retrying step
     # left untouched since ``cutoff``.
-    expired_lease = and_(steps.c.status == RUNNING, steps.c.lease_expires_at < time.time())
+    expired_lease = and_(
+        steps.c.status == WorkflowStepStatus.RUNNING, steps.c.lease_expires_at < time.time()
+    )
     forgotten = and_(
         steps.c.updated_at < cutoff,
         or_(
-            and_(steps.c.status == PENDING, steps.c.remaining_deps == 0),
-            steps.c.status == RETRYING,
+            and_(steps.c.status == WorkflowStepStatus.PENDING, steps.c.remaining_deps == 0),
+            steps.c.status == WorkflowStepStatus.RETRYING,
         ),
     )
     with read_connection(engine) as conn:

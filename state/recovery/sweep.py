@@ -20,7 +20,9 @@ from functools import partial
 
 import redis
 
+from state.clock import utcnow
 from state.errors import AgentStateError
+from state.machine import RESTING_PHASES, Phase, Trigger
 from state.recovery.queries import (
     note_session_recovery,
     note_step_recovery,
@@ -28,12 +30,14 @@ from state.recovery.queries import (
     stuck_sessions,
     stuck_steps,
 )
-from state.session import utcnow
 from state.sessions.snapshot import Snapshot
 from state.storage import keys
-from state.turns.engine import ERROR_REPLY, TurnEngine
+from state.turns.deadlines import deadline_passed
+from state.turns.interventions import TurnInterventions
+from state.turns.rules import ERROR_REPLY
+from state.turns.services import TurnServices
+from state.workflow import WorkflowStepStatus
 from state.workflows.engine import WorkflowEngine
-from state.workflows.store import RUNNING
 
 logger = logging.getLogger(__name__)
 
@@ -61,10 +65,13 @@ class SweepReport:
 class RecoverySweep:
     """One pass over sessions and steps that stopped making progress."""
 
-    def __init__(self, turns: TurnEngine, workflows: WorkflowEngine) -> None:
+    def __init__(
+        self, services: TurnServices, turns: TurnInterventions, workflows: WorkflowEngine
+    ) -> None:
+        self.services = services
         self.turns = turns
         self.workflows = workflows
-        self.settings = turns.settings
+        self.settings = services.settings
 
     def run(self) -> SweepReport:
         """Sweep once (skipped if another sweep holds the sweep lock)."""
@@ -75,7 +82,7 @@ class RecoverySweep:
             return report
         try:
             cutoff = utcnow() - timedelta(seconds=self.settings.stuck_after)
-            counting = not self.turns.dispatcher.backlog()
+            counting = not self.services.dispatcher.backlog()
             self._sessions(cutoff, counting, report)
             self._inboxes(cutoff, counting, report)
             self._steps(cutoff, counting, report)
@@ -95,64 +102,64 @@ class RecoverySweep:
             logger.warning("recovery sweep: %s %s skipped: %s", what, item, exc)
 
     def _sessions(self, cutoff: datetime, counting: bool, report: SweepReport) -> None:
-        for session_id in stuck_sessions(self.turns.sessions.engine, cutoff, BATCH):
+        for session_id in stuck_sessions(self.services.sessions.engine, cutoff, BATCH):
             act = partial(self._session, session_id, counting, report)
             self._each(report, "session", session_id, act)
 
     def _session(self, session_id: str, counting: bool, report: SweepReport) -> None:
-        snap = self.turns.sessions.load_from_database(session_id)
-        if snap is None or snap.phase in ("idle", "clarifying"):
+        snap = self.services.sessions.load_from_database(session_id)
+        if snap is None or snap.phase in RESTING_PHASES:
             return
-        if self.turns.deadline_passed(snap):
+        if deadline_passed(snap):
             # Even if a live worker holds the lock: its handler overran.
             self.turns.fire_timeout(session_id, snap.deadline_at or 0.0)
             report.timed_out += 1
             return
-        if self.turns.sync.current_holder(session_id) is not None:
+        if self.services.sync.current_holder(session_id) is not None:
             report.skipped_busy += 1  # a live worker holds (and renews) its lock
             return
-        if snap.phase == "executing" and self.turns.waiting_on_workflow(snap):
+        if snap.phase == Phase.EXECUTING and self.services.waiting_on_workflow(snap):
             return  # the workflow's steps are recovered on their own
         self._recover_session(snap, counting, report)
 
     def _recover_session(self, snap: Snapshot, counting: bool, report: SweepReport) -> None:
-        count = note_session_recovery(self.turns.sessions.engine, snap, count=counting)
+        count = note_session_recovery(self.services.sessions.engine, snap, count=counting)
         if count is None:
             return  # it moved on meanwhile
         if count > self.settings.max_recoveries:
             cause = f"gave up after {count - 1} recoveries in phase {snap.phase}"
-            self.turns.break_turn(snap, "error_occurred", ERROR_REPLY, cause)
+            self.turns.break_turn(snap, Trigger.ERROR_OCCURRED, ERROR_REPLY, cause)
             report.sessions_poisoned += 1
             return
-        moved = self.turns.sessions.load_from_database(snap.session_id)
+        moved = self.services.sessions.load_from_database(snap.session_id)
         if moved is not None:
             self.turns.resume(moved)
             report.sessions_resumed += 1
 
     def _inboxes(self, cutoff: datetime, counting: bool, report: SweepReport) -> None:
-        for session_id in sessions_waiting_in_inbox(self.turns.sessions.engine, cutoff, BATCH):
+        for session_id in sessions_waiting_in_inbox(self.services.sessions.engine, cutoff, BATCH):
             act = partial(self._inbox, session_id, counting, report)
             self._each(report, "inbox of", session_id, act)
 
     def _inbox(self, session_id: str, counting: bool, report: SweepReport) -> None:
-        snap = self.turns.sessions.load_from_database(session_id)
-        if snap is None or snap.phase not in ("idle", "clarifying"):
+        snap = self.services.sessions.load_from_database(session_id)
+        if snap is None or snap.phase not in RESTING_PHASES:
             return  # mid-turn: the turn picks the message up when it ends
-        if self.turns.sync.current_holder(session_id) is not None:
+        if self.services.sync.current_holder(session_id) is not None:
             report.skipped_busy += 1
             return
-        count = note_session_recovery(self.turns.sessions.engine, snap, count=counting)
+        count = note_session_recovery(self.services.sessions.engine, snap, count=counting)
         if count is not None and count > self.settings.max_recoveries:
             self.turns.reject_next_message(snap, f"gave up after {count - 1} attempts")
             report.sessions_poisoned += 1
             return
-        self.turns.dispatcher.phase("understanding", session_id, None)
+        self.services.dispatcher.phase(Phase.UNDERSTANDING, session_id, None)
         report.turns_started += 1
 
     def _steps(self, cutoff: datetime, counting: bool, report: SweepReport) -> None:
         engine = self.workflows.store.engine
         for workflow_id, step_id, revision, status in stuck_steps(engine, cutoff, BATCH):
-            lost = status == RUNNING and counting
+            lost = status == WorkflowStepStatus.RUNNING and counting
             act = partial(self._step, workflow_id, step_id, revision, lost, report)
             self._each(report, "step", f"{workflow_id}/{step_id}", act)
 
@@ -185,11 +192,11 @@ class RecoverySweep:
         token = utcnow().isoformat()
         ttl_ms = int(max(self.settings.sweep_interval, 30.0) * 1000)
         try:
-            acquired = self.turns.sync.redis.set(keys.sweep_lock(), token, nx=True, px=ttl_ms)
+            acquired = self.services.sync.redis.set(keys.sweep_lock(), token, nx=True, px=ttl_ms)
         except redis.RedisError:
             return None  # without Redis, sweep anyway: every action is revision-guarded
         return token if acquired else False
 
     def _release_sweep_lock(self, token: str | bool | None) -> None:
         if isinstance(token, str):
-            self.turns.sync.release_key(keys.sweep_lock(), token)
+            self.services.sync.release_key(keys.sweep_lock(), token)

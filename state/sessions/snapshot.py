@@ -1,19 +1,25 @@
-"""The values SessionStore reads and writes: a session snapshot, a change, an inbox item.
-
-Split out of state.sessions.store (which re-exports them) to keep that module a readable size.
-"""
+"""The values a session store reads and writes: a snapshot, a change, an inbox item."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from enum import StrEnum
 
 from sqlalchemy import Connection
 
-Document = dict[str, Any]
+from state.documents.codec import Document
+
 TransactionOp = Callable[[Connection], None]
+
+
+class InboxState(StrEnum):
+    """Where a user message is: waiting for its turn, in its turn, or answered."""
+
+    QUEUED = "queued"
+    STARTED = "started"
+    ANSWERED = "answered"
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,7 @@ class SessionChange:
     new_messages: list[Document] = field(default_factory=list)
     task_id: str | None = None
     deadline_at: float | None = None
-    inbox_state: dict[str, str] = field(default_factory=dict)
+    inbox_state: dict[str, InboxState] = field(default_factory=dict)
     ops: list[TransactionOp] = field(default_factory=list)
     check_inbox: bool = False
 
@@ -90,7 +96,7 @@ class InboxItem:
     session_id: str
     seq: int
     text: str
-    state: str
+    state: InboxState
     created_at: datetime
     # Whether the session was resting when the message arrived. A message that arrives
     # mid-turn needs no kick: the commit that ends the turn locks the same row after

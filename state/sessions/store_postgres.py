@@ -1,24 +1,31 @@
-"""One statement per phase on Postgres: the guarded session update, the new history rows
-and the inbox changes travel as one SQL statement (data-modifying CTEs).
+"""The session store on Postgres: a phase commits in one prepared statement.
 
-A middle phase commits in a single round trip, in autocommit mode. A phase that ends a
-turn needs one more statement, in the same transaction: the check for queued messages
-must run after the session row is locked and updated, so that a message committed
-meanwhile is seen (a statement's own snapshot would miss it).
+The guarded session update, the new history rows and the inbox changes travel as one
+SQL statement (data-modifying CTEs). A middle phase commits in a single round trip, in
+autocommit mode. A phase that ends a turn needs one more statement, in the same
+transaction: the check for queued messages must run after the session row is locked and
+updated, so that a message committed meanwhile is seen (a statement's own snapshot would
+miss it). A commit with extra work (``ops``) or a session's first write takes the
+portable path.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Engine
 
+from state.clock import utcnow
 from state.documents import codec
-from state.session import utcnow
-from state.storage import prepared as pg_prepared
-
-Document = dict[str, Any]
+from state.documents.codec import Document
+from state.sessions.rows import lock_lost, stale
+from state.sessions.snapshot import InboxState, SessionChange, Snapshot
+from state.sessions.store import SessionStore
+from state.storage import prepared
+from state.storage.cache import StateCache
+from state.storage.db import autocommit_engine
 
 _UPDATE = """
 UPDATE sessions SET revision = %(new_revision)s, phase = %(phase)s, status = %(status)s,
@@ -27,14 +34,48 @@ UPDATE sessions SET revision = %(new_revision)s, phase = %(phase)s, status = %(s
 WHERE session_id = %(session_id)s AND revision = %(revision)s
 RETURNING session_id"""
 
-_QUEUED = pg_prepared.prepare(
+_QUEUED = prepared.prepare(
     "agentstate_has_queued",
     "SELECT EXISTS (SELECT 1 FROM inbox WHERE session_id = %(session_id)s AND state = 'queued')",
 )
 
 
+class PostgresSessionStore(SessionStore):
+    """SessionStore whose commit is one prepared statement (see the module docstring)."""
+
+    def __init__(self, engine: Engine, cache: StateCache) -> None:
+        super().__init__(engine, cache)
+        # A pool of its own: switching a pooled connection in and out of autocommit costs
+        # a driver call each way, on the hottest path there is.
+        self.autocommit = autocommit_engine(engine)
+
+    def _write(
+        self, snapshot: Snapshot, change: SessionChange, before_commit: Callable[[], bool] | None
+    ) -> bool:
+        if not snapshot.stored or change.ops:
+            return super()._write(snapshot, change, before_commit)
+        # The lock is checked just before the one statement; the revision guard in that
+        # statement still refuses any writer that lost a race.
+        if before_commit is not None and not before_commit():
+            raise lock_lost(snapshot)
+        params = parameters(snapshot, change)
+        shape = (len(change.new_messages), len(change.inbox_state))
+        statement_ = statement(*shape)
+        if not change.check_inbox:
+            with self.autocommit.connect() as conn:
+                applied = bool(prepared.execute(conn, statement_, params).scalar_one())
+            queued = False
+        else:
+            with self.engine.begin() as conn:
+                applied = bool(prepared.execute(conn, statement_, params).scalar_one())
+                queued = applied and bool(prepared.execute(conn, _QUEUED, params).scalar_one())
+        if not applied:
+            raise stale(snapshot)
+        return queued
+
+
 @lru_cache(maxsize=32)
-def statement(messages: int, inbox_changes: int) -> pg_prepared.Prepared:
+def statement(messages: int, inbox_changes: int) -> prepared.Prepared:
     """The commit statement for a phase adding ``messages`` rows and changing inbox rows.
 
     Only placeholder numbers are formatted into the SQL; every value is a bound parameter.
@@ -57,47 +98,30 @@ def statement(messages: int, inbox_changes: int) -> pg_prepared.Prepared:
         for i in range(inbox_changes)
     )
     parts.append(" SELECT count(*) FROM s")
-    return pg_prepared.prepare(f"agentstate_commit_{messages}_{inbox_changes}", "".join(parts))
+    return prepared.prepare(f"agentstate_commit_{messages}_{inbox_changes}", "".join(parts))
 
 
-def parameters(
-    session_id: str,
-    revision: int,
-    fields: Document,
-    new_messages: list[Document],
-    inbox_state: dict[str, str],
-) -> Document:
+def parameters(snapshot: Snapshot, change: SessionChange) -> Document:
     """The bound parameters of :func:`statement` (values only: never spliced into SQL)."""
-    params: Document = {
-        "session_id": session_id,
-        "revision": revision,
-        "new_revision": revision + 1,
+    params: dict[str, Any] = {
+        "session_id": snapshot.session_id,
+        "revision": snapshot.revision,
+        "new_revision": snapshot.revision + 1,
         "now": utcnow(),
-        **fields,
-        "doc": codec.dumps(fields["doc"]),
+        "phase": change.phase,
+        "status": change.status,
+        "doc": codec.dumps(change.doc),
+        "message_count": snapshot.message_count + len(change.new_messages),
+        "task_id": change.task_id,
+        "deadline_at": change.deadline_at,
     }
-    first_seq = fields["message_count"] - len(new_messages)
-    for i, item in enumerate(new_messages):
-        params[f"seq{i}"] = first_seq + i
+    for i, item in enumerate(change.new_messages):
+        params[f"seq{i}"] = snapshot.message_count + i
         params[f"role{i}"] = str(item.get("role", "user"))
         params[f"content{i}"] = str(item.get("content", ""))
         params[f"ts{i}"] = str(item.get("timestamp") or utcnow().isoformat())
         params[f"meta{i}"] = codec.dumps(item.get("metadata") or {})
-    for i, (message_id, state) in enumerate(inbox_state.items()):
+    for i, (message_id, state) in enumerate(change.inbox_state.items()):
         params[f"inbox_id{i}"] = message_id
-        params[f"inbox_state{i}"] = state
+        params[f"inbox_state{i}"] = InboxState(state).value
     return params
-
-
-def commit(
-    engine: Engine, autocommit: Engine, params: Document, shape: tuple[int, int], check_inbox: bool
-) -> tuple[bool, bool]:
-    """Run the commit; return (whether the guarded update applied, whether messages wait)."""
-    prepared = statement(*shape)
-    if not check_inbox:
-        with autocommit.connect() as conn:
-            return bool(pg_prepared.execute(conn, prepared, params).scalar_one()), False
-    with engine.begin() as conn:
-        applied = bool(pg_prepared.execute(conn, prepared, params).scalar_one())
-        queued = applied and bool(pg_prepared.execute(conn, _QUEUED, params).scalar_one())
-    return applied, queued

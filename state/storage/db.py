@@ -8,7 +8,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, Table, create_engine, event, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError
 
@@ -108,6 +109,11 @@ def read_connection(engine: Engine) -> Connection:
 def is_postgres(engine: Engine | Connection) -> bool:
     """True for the Postgres backend."""
     return engine.dialect.name == "postgresql"
+
+
+def dialect_insert(conn: Connection, table: Table) -> Any:
+    """An INSERT with ``ON CONFLICT`` support (Postgres and SQLite spell it alike)."""
+    return (postgresql if is_postgres(conn) else sqlite).insert(table)
 
 
 def alembic_config(engine: Engine) -> Any:

@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
+from state.clock import utcnow
 from state.documents import codec
+from state.documents.codec import Document
 from state.documents.quarantine import quarantine
 from state.errors import CorruptStateError, FutureVersionError, MigrationError
 from state.migrate import StateMigrator, stamp
-from state.session import utcnow
+from state.storage.db import dialect_insert
 from state.storage.tables import user_state
 
 logger = logging.getLogger(__name__)
 
-Document = dict[str, Any]
 _migrator = StateMigrator()
 
 
@@ -59,8 +58,7 @@ def quarantine_row(conn: Connection, user_id: str, raw: str, reason: str) -> Non
 def upsert(conn: Connection, user_id: str, doc: Document) -> int:
     """Write ``doc`` as the user's state whatever was there; return the new revision."""
     now = utcnow()
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    stmt = dialect.insert(user_state).values(
+    stmt = dialect_insert(conn, user_state).values(
         user_id=user_id, state=codec.dumps(doc), updated_at=now, revision=1
     )
     stmt = stmt.on_conflict_do_update(

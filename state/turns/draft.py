@@ -1,7 +1,5 @@
-"""The per-phase values of the turn engine: its outcome, its follow-ups and its draft change.
-
-Kept apart from the engine so the rules and the engine can share them without a cycle.
-"""
+"""The values one phase delivery passes around: the delivery itself, the draft change the
+handler's result becomes, the follow-ups to send after the commit, and the outcome."""
 
 from __future__ import annotations
 
@@ -9,12 +7,28 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from state.clock import utcnow
 from state.documents import codec
-from state.machine import AgentStateMachine
-from state.session import SessionStatus, make_message, utcnow
-from state.sessions.snapshot import SessionChange, Snapshot
+from state.documents.codec import Document
+from state.machine import AgentStateMachine, Phase
+from state.session import SessionStatus, make_message
+from state.sessions.snapshot import InboxState, SessionChange, Snapshot
 
-Document = dict[str, Any]
+
+@dataclass(frozen=True)
+class Delivery:
+    """One phase task's message as the engine handles it.
+
+    ``revision`` is the session revision the message expects (None: a kick that starts
+    a turn if the session rests). A retried or redelivered task sets ``use_cache`` to
+    False: its own commit may have landed unseen, and only the database can tell.
+    """
+
+    phase: Phase
+    session_id: str
+    revision: int | None
+    task_id: str | None = None
+    use_cache: bool = True
 
 
 @dataclass
@@ -51,7 +65,7 @@ class Draft:
         self.context: Document = dict(self.doc.get("context_window") or {})
         self.metadata: Document = dict(self.doc.get("metadata") or {})
         self.messages: list[Document] = []
-        self.inbox: dict[str, str] = {}
+        self.inbox: dict[str, InboxState] = {}
         self.ops: list[Callable[[Any], None]] = []
         self.deadline = snap.deadline_at
         self.task_id = task_id
@@ -100,14 +114,14 @@ class Draft:
         message_id = self.context.get("message_id")
         self.messages.append(make_message("assistant", text, {"reply_to": message_id, **metadata}))
         if message_id:
-            self.inbox[message_id] = "answered"
+            self.inbox[message_id] = InboxState.ANSWERED
         self.turn_over = True
 
-    def status(self) -> str:
+    def status(self) -> SessionStatus:
         """SessionStatus for the new phase: paused while waiting for a clarification."""
-        if self.phase == "clarifying":
-            return SessionStatus.PAUSED.value
-        return SessionStatus.ACTIVE.value
+        if self.phase == Phase.CLARIFYING:
+            return SessionStatus.PAUSED
+        return SessionStatus.ACTIVE
 
     def check_storable(self) -> None:
         """Raise InvalidPayloadError now if what the handler produced is not JSON."""

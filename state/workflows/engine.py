@@ -6,19 +6,20 @@ import logging
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any
 
 from config import Settings
 from state.dispatch import Dispatcher
 from state.documents import codec
+from state.documents.codec import Document
 from state.errors import InvalidPayloadError, StaleStateError, WorkflowSpecError
+from state.machine import Phase
 from state.ticker import Ticker
 from state.workflow import WorkflowState, parse_spec
-from state.workflows.store import ClaimedStep, Completion, Leftover, WorkflowStore
+from state.workflows.records import ClaimedStep, Completion, Leftover
+from state.workflows.store import WorkflowStore
 
 logger = logging.getLogger(__name__)
 
-Document = dict[str, Any]
 ActionFn = Callable[[Document, Document, Document], Document]
 ActionLookup = Callable[[str], ActionFn | None]
 MAX_BACKOFF_S = 300.0
@@ -129,4 +130,4 @@ class WorkflowEngine:
             self.dispatcher.step(completion.workflow_id, step_id, revision)
         finished = completion.finished
         if finished and finished.session_id and finished.resume_revision is not None:
-            self.dispatcher.phase("executing", finished.session_id, finished.resume_revision)
+            self.dispatcher.phase(Phase.EXECUTING, finished.session_id, finished.resume_revision)

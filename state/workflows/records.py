@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from state.clock import iso
 from state.documents import codec
-from state.session import iso
+from state.documents.codec import Document
 from state.workflow import WorkflowStepStatus
 
-Document = dict[str, Any]
 Dispatch = tuple[str, int]  # (step_id, revision) of a step to run
 
 

@@ -10,18 +10,17 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection, Engine, insert, select, update
 
+from state.clock import iso, utcnow
 from state.documents import codec
+from state.documents.codec import Document
 from state.errors import StaleStateError
-from state.session import iso, utcnow
-from state.storage.db import autocommit_engine, read_connection
+from state.storage.db import is_postgres, read_connection
 from state.storage.tables import steps, workflows
-from state.workflow import WorkflowState, WorkflowStepStatus
-from state.workflows import store_postgres as pg_steps
+from state.workflow import WorkflowState, WorkflowStatus, WorkflowStepStatus
 from state.workflows.records import (
     ClaimedStep,
     Completion,
@@ -33,33 +32,7 @@ from state.workflows.records import (
     step_row,
 )
 
-# The value types live in state.workflows.records; they are re-exported here for existing importers.
-__all__ = [
-    "FAILED",
-    "PENDING",
-    "RETRYING",
-    "RUNNING",
-    "SKIPPED",
-    "SUCCESS",
-    "ClaimedStep",
-    "Completion",
-    "Dispatch",
-    "Document",
-    "Finished",
-    "Leftover",
-    "WorkflowStore",
-    "step_at",
-]
-
-Document = dict[str, Any]
-
-PENDING = WorkflowStepStatus.PENDING.value
-RUNNING = WorkflowStepStatus.RUNNING.value
-SUCCESS = WorkflowStepStatus.SUCCESS.value
-FAILED = WorkflowStepStatus.FAILED.value
-SKIPPED = WorkflowStepStatus.SKIPPED.value
-RETRYING = WorkflowStepStatus.RETRYING.value
-_CLAIMABLE = (PENDING, RETRYING, RUNNING)
+_CLAIMABLE = (WorkflowStepStatus.PENDING, WorkflowStepStatus.RETRYING, WorkflowStepStatus.RUNNING)
 _CLAIM_COLUMNS = (
     steps.c.action,
     steps.c.inputs,
@@ -71,46 +44,59 @@ _CONTEXT_CACHE_SIZE = 256
 _INSERT_BATCH = 1000
 
 
+def insert_workflow(
+    conn: Connection, wf: WorkflowState, resume_revision: int | None = None
+) -> list[Dispatch]:
+    """Store ``wf`` inside an open transaction; return its root steps to dispatch.
+
+    A phase's commit calls it to start the workflow its handler asked for, so the
+    workflow exists exactly when the phase that wants it does.
+    """
+    now = utcnow()
+    conn.execute(
+        insert(workflows).values(
+            workflow_id=wf.workflow_id,
+            session_id=wf.session_id,
+            status=WorkflowStatus.RUNNING,
+            context=wf.context,
+            total_steps=len(wf.steps),
+            remaining_steps=len(wf.steps),
+            failed_steps=0,
+            resume_revision=resume_revision,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    rows = [step_row(wf.workflow_id, step, now) for step in wf.steps.values()]
+    for start in range(0, len(rows), _INSERT_BATCH):
+        conn.execute(insert(steps), rows[start : start + _INSERT_BATCH])
+    return [(step.step_id, 0) for step in wf.get_ready_steps()]
+
+
 class WorkflowStore:
-    """SQL for workflows; every status change is guarded by the step's revision."""
+    """SQL for workflows; every status change is guarded by the step's revision.
+
+    The portable implementation; ``state.workflows.store_postgres.PostgresWorkflowStore``
+    overrides the claim and the success with one prepared statement each.
+    """
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._contexts: OrderedDict[str, Document] = OrderedDict()
-        self._autocommit = (
-            autocommit_engine(engine) if engine.dialect.name == "postgresql" else None
-        )
 
-    # -- creating --------------------------------------------------------------
+    @staticmethod
+    def for_engine(engine: Engine) -> WorkflowStore:
+        """The store implementation for ``engine``'s database."""
+        if is_postgres(engine):
+            from state.workflows.store_postgres import PostgresWorkflowStore
+
+            return PostgresWorkflowStore(engine)
+        return WorkflowStore(engine)
 
     def create(self, wf: WorkflowState, resume_revision: int | None = None) -> list[Dispatch]:
         """Store a validated workflow; return its root steps to dispatch."""
         with self.engine.begin() as conn:
-            return self.create_in(conn, wf, resume_revision)
-
-    def create_in(
-        self, conn: Connection, wf: WorkflowState, resume_revision: int | None = None
-    ) -> list[Dispatch]:
-        """Store ``wf`` inside an open transaction (a phase commit starts its workflow)."""
-        now = utcnow()
-        conn.execute(
-            insert(workflows).values(
-                workflow_id=wf.workflow_id,
-                session_id=wf.session_id,
-                status="running",
-                context=wf.context,
-                total_steps=len(wf.steps),
-                remaining_steps=len(wf.steps),
-                failed_steps=0,
-                resume_revision=resume_revision,
-                created_at=now,
-                updated_at=now,
-            )
-        )
-        rows = [step_row(wf.workflow_id, step, now) for step in wf.steps.values()]
-        for start in range(0, len(rows), _INSERT_BATCH):
-            conn.execute(insert(steps), rows[start : start + _INSERT_BATCH])
-        return [(step.step_id, 0) for step in wf.get_ready_steps()]
+            return insert_workflow(conn, wf, resume_revision)
 
     # -- running a step --------------------------------------------------------
 
@@ -123,21 +109,6 @@ class WorkflowStore:
         task_id: str | None = None,
     ) -> ClaimedStep | None:
         """Mark the step running if it is still at ``revision``; None if not (duplicate)."""
-        if self._autocommit is not None:
-            found = pg_steps.claim(
-                self._autocommit,
-                workflow_id=workflow_id,
-                step_id=step_id,
-                revision=revision,
-                lease_s=lease_s,
-                task_id=task_id,
-            )
-            if found is None:
-                return None
-            claimed = claimed_from_row(workflow_id, step_id, revision + 1, found[0])
-            return replace(
-                claimed, dep_outputs=found[1], dependents=codec.loads(found[0].dependents)
-            )
         with self.engine.begin() as conn:
             row = conn.execute(
                 update(steps)
@@ -147,7 +118,7 @@ class WorkflowStore:
                     steps.c.remaining_deps == 0,
                 )
                 .values(
-                    status=RUNNING,
+                    status=WorkflowStepStatus.RUNNING,
                     revision=revision + 1,
                     started_at=utcnow(),
                     updated_at=utcnow(),
@@ -174,14 +145,14 @@ class WorkflowStore:
             ).first()
             if row is None or row.last_task_id != task_id:
                 return None
-            if row.status == RUNNING:
+            if row.status == WorkflowStepStatus.RUNNING:
                 if (row.lease_expires_at or 0.0) > time.time():
                     return None  # the first delivery may still be running it: leave it be
 
                 return Leftover(
                     claimed=claimed_from_row(workflow_id, step_id, int(row.revision), row)
                 )
-            if row.status == RETRYING:
+            if row.status == WorkflowStepStatus.RETRYING:
                 return Leftover(retry_revision=int(row.revision))
             ready = self._ready_among(conn, workflow_id, codec.loads(row.dependents))
             finished = self._finished(conn, workflow_id)
@@ -196,7 +167,7 @@ class WorkflowStore:
             select(steps.c.step_id, steps.c.revision).where(
                 steps.c.workflow_id == workflow_id,
                 steps.c.step_id.in_(candidates),
-                steps.c.status == PENDING,
+                steps.c.status == WorkflowStepStatus.PENDING,
                 steps.c.remaining_deps == 0,
             )
         )
@@ -208,7 +179,7 @@ class WorkflowStore:
                 workflows.c.workflow_id == workflow_id
             )
         ).one()
-        if row.status not in (SUCCESS, FAILED):
+        if row.status not in WorkflowStatus.finished():
             return None
         return Finished(workflow_id, row.status, row.session_id, row.resume_revision)
 
@@ -250,27 +221,10 @@ class WorkflowStore:
 
     def succeed(self, claimed: ClaimedStep, outputs: Document) -> Completion:
         """running -> success; dependents whose last dependency this was become ready."""
-        if self._autocommit is not None and claimed.dependents is not None:
-            applied, ready, row = pg_steps.succeed(
-                self._autocommit,
-                workflow_id=claimed.workflow_id,
-                step_id=claimed.step_id,
-                revision=claimed.revision,
-                outputs=outputs,
-                task_id=claimed.task_id,
-                dependents=claimed.dependents,
-            )
-            _require_one(int(applied), claimed)
-            finished = (
-                None
-                if row is None
-                else Finished(
-                    claimed.workflow_id, row["status"], row["session_id"], row["resume_revision"]
-                )
-            )
-            return Completion(claimed.workflow_id, ready, finished)
         with self.engine.begin() as conn:
-            dependents = self._finish_step(conn, claimed, SUCCESS, outputs=outputs)
+            dependents = self._finish_step(
+                conn, claimed, WorkflowStepStatus.SUCCESS, outputs=outputs
+            )
             ready = self._release_dependents(conn, claimed.workflow_id, dependents)
             finished = self._count_down(conn, claimed.workflow_id, done=1, failed=0)
         return Completion(claimed.workflow_id, ready, finished)
@@ -282,7 +236,7 @@ class WorkflowStore:
                 update(steps)
                 .where(*_claim_guard(claimed))
                 .values(
-                    status=RETRYING,
+                    status=WorkflowStepStatus.RETRYING,
                     retry_count=claimed.retry_count + 1,
                     error=error,
                     revision=claimed.revision + 1,
@@ -291,13 +245,13 @@ class WorkflowStore:
                     last_task_id=claimed.task_id,
                 )
             )
-            _require_one(result.rowcount, claimed)
+            require_one(result.rowcount, claimed)
         return claimed.revision + 1
 
     def fail(self, claimed: ClaimedStep, error: str) -> Completion:
         """running -> failed, and every transitive dependent -> skipped."""
         with self.engine.begin() as conn:
-            self._finish_step(conn, claimed, FAILED, error=error)
+            self._finish_step(conn, claimed, WorkflowStepStatus.FAILED, error=error)
             skipped = self._skip_downstream(conn, claimed.workflow_id, [claimed.step_id])
             finished = self._count_down(conn, claimed.workflow_id, done=1 + skipped, failed=1)
         return Completion(claimed.workflow_id, [], finished)
@@ -329,7 +283,7 @@ class WorkflowStore:
             .values(**values)
             .returning(steps.c.dependents)
         ).first()
-        _require_one(0 if row is None else 1, claimed)
+        require_one(0 if row is None else 1, claimed)
         assert row is not None
         dependents: list[str] = codec.loads(row[0])
         return dependents
@@ -345,7 +299,7 @@ class WorkflowStore:
             .values(remaining_deps=steps.c.remaining_deps - 1, updated_at=utcnow())
             .returning(steps.c.step_id, steps.c.remaining_deps, steps.c.status, steps.c.revision)
         )
-        return [(r[0], int(r[3])) for r in rows if r[1] == 0 and r[2] == PENDING]
+        return [(r[0], int(r[3])) for r in rows if r[1] == 0 and r[2] == WorkflowStepStatus.PENDING]
 
     def _skip_downstream(self, conn: Connection, workflow_id: str, roots: list[str]) -> int:
         downstream = self._downstream(conn, workflow_id, roots)
@@ -356,10 +310,10 @@ class WorkflowStore:
             .where(
                 steps.c.workflow_id == workflow_id,
                 steps.c.step_id.in_(downstream),
-                steps.c.status.in_((PENDING, RETRYING)),
+                steps.c.status.in_((WorkflowStepStatus.PENDING, WorkflowStepStatus.RETRYING)),
             )
             .values(
-                status=SKIPPED,
+                status=WorkflowStepStatus.SKIPPED,
                 revision=steps.c.revision + 1,
                 completed_at=utcnow(),
                 updated_at=utcnow(),
@@ -408,7 +362,7 @@ class WorkflowStore:
         ).one()
         if row.remaining_steps > 0:
             return None
-        status = FAILED if row.failed_steps else SUCCESS
+        status = WorkflowStatus.FAILED if row.failed_steps else WorkflowStatus.SUCCESS
         conn.execute(
             update(workflows)
             .where(workflows.c.workflow_id == workflow_id)
@@ -486,11 +440,12 @@ def step_at(workflow_id: str, step_id: str, revision: int) -> tuple[Any, ...]:
 def _claim_guard(claimed: ClaimedStep) -> Iterable[Any]:
     return (
         *step_at(claimed.workflow_id, claimed.step_id, claimed.revision),
-        steps.c.status == RUNNING,
+        steps.c.status == WorkflowStepStatus.RUNNING,
     )
 
 
-def _require_one(rowcount: int, claimed: ClaimedStep) -> None:
+def require_one(rowcount: int, claimed: ClaimedStep) -> None:
+    """Raise StaleStateError unless the claim's guarded update changed exactly one row."""
     if rowcount != 1:
         raise StaleStateError(
             f"step {claimed.workflow_id}/{claimed.step_id} was taken over "

@@ -1,4 +1,5 @@
-"""Workflow steps on Postgres in one statement each (data-modifying CTEs, autocommit).
+"""The workflow store on Postgres: a claim and a success in one statement each
+(data-modifying CTEs, prepared, autocommit).
 
 - claim: running at revision + 1, returning the step and its dependencies' outputs;
 - succeed: success at revision + 1, dependents' unfinished counts decremented (row locks
@@ -9,15 +10,17 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import replace
 
 from sqlalchemy import Engine
 
+from state.clock import utcnow
 from state.documents import codec
-from state.session import utcnow
-from state.storage import prepared as pg_prepared
-
-Document = dict[str, Any]
+from state.documents.codec import Document
+from state.storage import prepared
+from state.storage.db import autocommit_engine
+from state.workflows.records import ClaimedStep, Completion, Finished, claimed_from_row
+from state.workflows.store import WorkflowStore, require_one
 
 CLAIM = """
 WITH c AS (
@@ -64,60 +67,70 @@ SELECT (SELECT count(*) FROM s),
   (SELECT row_to_json(w)::text FROM w)"""
 
 
-_CLAIM = pg_prepared.prepare("agentstate_claim_step", CLAIM)
-_SUCCEED = pg_prepared.prepare("agentstate_succeed_step", SUCCEED)
+_CLAIM = prepared.prepare("agentstate_claim_step", CLAIM)
+_SUCCEED = prepared.prepare("agentstate_succeed_step", SUCCEED)
 
 
-def claim(
-    autocommit: Engine,
-    *,
-    workflow_id: str,
-    step_id: str,
-    revision: int,
-    lease_s: float,
-    task_id: str | None,
-) -> tuple[Any, Document] | None:
-    """The claimed row and its dependencies' outputs, or None if not claimable."""
-    params = {
-        "workflow_id": workflow_id,
-        "step_id": step_id,
-        "revision": revision,
-        "now": utcnow(),
-        "lease": time.time() + lease_s,
-        "task_id": task_id,
-    }
-    with autocommit.connect() as conn:
-        row = pg_prepared.execute(conn, _CLAIM, params).first()
-    if row is None:
+class PostgresWorkflowStore(WorkflowStore):
+    """WorkflowStore whose claim and success are one prepared statement each."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self.autocommit = autocommit_engine(engine)
+
+    def claim(
+        self,
+        workflow_id: str,
+        step_id: str,
+        revision: int,
+        lease_s: float,
+        task_id: str | None = None,
+    ) -> ClaimedStep | None:
+        """Mark the step running if it is still at ``revision``; the dependencies'
+        outputs come back with the claim."""
+        params = {
+            "workflow_id": workflow_id,
+            "step_id": step_id,
+            "revision": revision,
+            "now": utcnow(),
+            "lease": time.time() + lease_s,
+            "task_id": task_id,
+        }
+        with self.autocommit.connect() as conn:
+            row = prepared.execute(conn, _CLAIM, params).first()
+        if row is None:
+            return None
+        claimed = claimed_from_row(workflow_id, step_id, revision + 1, row)
+        return replace(
+            claimed,
+            dep_outputs=codec.loads(row.dep_outputs),
+            dependents=codec.loads(row.dependents),
+        )
+
+    def succeed(self, claimed: ClaimedStep, outputs: Document) -> Completion:
+        """running -> success, dependents counted down, the workflow's totals updated."""
+        if claimed.dependents is None:
+            return super().succeed(claimed, outputs)  # not claimed through this store
+        params = {
+            "dependents": claimed.dependents,
+            "workflow_id": claimed.workflow_id,
+            "step_id": claimed.step_id,
+            "revision": claimed.revision,
+            "now": utcnow(),
+            "outputs": codec.dumps(outputs),
+            "task_id": claimed.task_id,
+        }
+        with self.autocommit.connect() as conn:
+            applied, ready, workflow = tuple(prepared.execute(conn, _SUCCEED, params).one())
+        require_one(int(applied), claimed)
+        return Completion(
+            claimed.workflow_id,
+            [(sid, int(rev)) for sid, rev in codec.loads(ready)],
+            _finished(claimed.workflow_id, codec.loads(workflow) if workflow else None),
+        )
+
+
+def _finished(workflow_id: str, row: Document | None) -> Finished | None:
+    if row is None or row["remaining_steps"] > 0:
         return None
-    return row, codec.loads(row.dep_outputs)
-
-
-def succeed(
-    autocommit: Engine,
-    *,
-    workflow_id: str,
-    step_id: str,
-    revision: int,
-    outputs: Document,
-    task_id: str | None,
-    dependents: list[str],
-) -> tuple[bool, list[tuple[str, int]], Document | None]:
-    """(applied, ready dependents, the workflow row if this finished it)."""
-    params = {
-        "dependents": dependents,
-        "workflow_id": workflow_id,
-        "step_id": step_id,
-        "revision": revision,
-        "now": utcnow(),
-        "outputs": codec.dumps(outputs),
-        "task_id": task_id,
-    }
-    with autocommit.connect() as conn:
-        applied, ready, workflow = tuple(pg_prepared.execute(conn, _SUCCEED, params).one())
-    if not applied:
-        return False, [], None
-    finished = codec.loads(workflow) if workflow else None
-    if finished is not None and finished["remaining_steps"] > 0:
-        finished = None
-    return True, [(sid, int(v)) for sid, v in codec.loads(ready)], finished
+    return Finished(workflow_id, row["status"], row["session_id"], row["resume_revision"])

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from config import Settings
-from state.sessions.store import SessionChange
+from state.sessions.snapshot import SessionChange
 from tasks.app import make_app
 from tasks.client import AgentClient
 from tests.support import Workers, uid
@@ -98,7 +98,7 @@ def test_sixty_messages_from_six_threads_to_one_session(client: AgentClient) -> 
     for question, reply in zip(history[::2], history[1::2], strict=True):
         a, b = map(int, re.findall(r"\d+", question["content"]))
         assert reply["content"] == f"{a}*{b} = {a * b}"
-    seqs = [client.sessions.next_queued(session_id)]
+    seqs = [client.inbox.next_queued(session_id)]
     assert seqs == [None]
 
 
@@ -114,7 +114,7 @@ def test_a_phase_task_delivered_twice_is_applied_once(
     client: AgentClient, worker_settings: Settings
 ) -> None:
     session_id, user = uid("s"), uid("u")
-    item = client.sessions.accept_message(session_id, user, "what is 6*7?")
+    item = client.inbox.accept(session_id, user, "what is 6*7?")
     snap = client.sessions.load_from_database(session_id)
     assert snap is not None
     # Put the session at `planning`, as if `understanding` had just committed.

@@ -7,7 +7,8 @@ import time
 import redis
 
 from config import Settings
-from state.sessions.store import SessionChange, SessionStore
+from state.sessions.snapshot import SessionChange
+from state.sessions.store import SessionStore
 from state.storage import keys
 from state.storage.backend import Backend
 from state.storage.cache import StateCache

@@ -17,7 +17,9 @@ from state.errors import (
 )
 from state.migrate import CURRENT_VERSION
 from state.session import make_message
-from state.sessions.store import SessionChange, SessionStore
+from state.sessions.inbox import Inbox
+from state.sessions.snapshot import SessionChange
+from state.sessions.store import SessionStore
 from state.storage.backend import Backend
 from state.storage.tables import inbox, messages, quarantine, sessions, user_state
 from state.store import PersistentStateManager
@@ -31,9 +33,28 @@ def backend(settings: Settings) -> Backend:
     return Backend.build(settings)
 
 
+# Every store implementation for the database: the portable one, and the one the
+# runtime picks for it (on Postgres, the one-statement subclass).
+IMPLEMENTATIONS = ["portable", "for_engine"]
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def store(backend: Backend, request: pytest.FixtureRequest) -> SessionStore:
+    if request.param == "portable":
+        return SessionStore(backend.engine, backend.cache)
+    return SessionStore.for_engine(backend.engine, backend.cache)
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def wfs(backend: Backend, request: pytest.FixtureRequest) -> WorkflowStore:
+    if request.param == "portable":
+        return WorkflowStore(backend.engine)
+    return WorkflowStore.for_engine(backend.engine)
+
+
 @pytest.fixture
-def store(backend: Backend) -> SessionStore:
-    return SessionStore(backend.engine, backend.cache)
+def inbox_of(backend: Backend) -> Inbox:
+    return Inbox(backend.engine)
 
 
 @pytest.fixture
@@ -106,18 +127,18 @@ def test_history_tail_reads_only_the_last_items_in_order(store: SessionStore) ->
 
 
 def test_accept_message_orders_the_inbox_and_refuses_other_users(
-    store: SessionStore, backend: Backend
+    inbox_of: Inbox, backend: Backend
 ) -> None:
     session_id = uid("s")
-    first = store.accept_message(session_id, "alice", "one")
-    second = store.accept_message(session_id, "alice", "two")
+    first = inbox_of.accept(session_id, "alice", "one")
+    second = inbox_of.accept(session_id, "alice", "two")
     assert second.seq == first.seq + 1
     with pytest.raises(SessionOwnershipError):
-        store.accept_message(session_id, "mallory", "let me in")
+        inbox_of.accept(session_id, "mallory", "let me in")
     assert _count(backend, inbox, session_id=session_id) == 2
-    queued = store.next_queued(session_id)
+    queued = inbox_of.next_queued(session_id)
     assert queued is not None and queued.text == "one"
-    assert store.queued_count(session_id) == 2
+    assert inbox_of.queued_count(session_id) == 2
 
 
 def test_legacy_session_document_is_migrated_on_load_and_written_back(
@@ -321,8 +342,9 @@ def _diamond(workflow_id: str):
     )
 
 
-def test_step_claims_are_exclusive_and_completion_releases_dependents(backend: Backend) -> None:
-    wfs = WorkflowStore(backend.engine)
+def test_step_claims_are_exclusive_and_completion_releases_dependents(
+    backend: Backend, wfs: WorkflowStore
+) -> None:
     workflow_id = uid("wf")
     assert wfs.create(_diamond(workflow_id)) == [("a", 0)]
     claimed = wfs.claim(workflow_id, "a", 0, lease_s=30)
@@ -347,8 +369,9 @@ def test_step_claims_are_exclusive_and_completion_releases_dependents(backend: B
     assert doc["steps"]["a"]["outputs"] == {"value": 1}
 
 
-def test_a_failed_step_skips_its_downstream_and_fails_the_workflow(backend: Backend) -> None:
-    wfs = WorkflowStore(backend.engine)
+def test_a_failed_step_skips_its_downstream_and_fails_the_workflow(
+    backend: Backend, wfs: WorkflowStore
+) -> None:
     workflow_id = uid("wf")
     spec = {
         "workflow_id": workflow_id,
@@ -372,8 +395,9 @@ def test_a_failed_step_skips_its_downstream_and_fails_the_workflow(backend: Back
     assert statuses == {"a": "failed", "b": "skipped", "c": "skipped", "x": "success"}
 
 
-def test_retry_moves_the_version_so_the_old_claim_is_dead(backend: Backend) -> None:
-    wfs = WorkflowStore(backend.engine)
+def test_retry_moves_the_version_so_the_old_claim_is_dead(
+    backend: Backend, wfs: WorkflowStore
+) -> None:
     workflow_id = uid("wf")
     wfs.create(
         parse_spec({"workflow_id": workflow_id, "steps": [{"step_id": "a", "action": "echo"}]})
@@ -388,8 +412,9 @@ def test_retry_moves_the_version_so_the_old_claim_is_dead(backend: Backend) -> N
         wfs.succeed(first, {})
 
 
-def test_a_redelivered_task_finds_what_its_lost_commit_left_to_do(backend: Backend) -> None:
-    wfs = WorkflowStore(backend.engine)
+def test_a_redelivered_task_finds_what_its_lost_commit_left_to_do(
+    backend: Backend, wfs: WorkflowStore
+) -> None:
     workflow_id = uid("wf")
     wfs.create(_diamond(workflow_id))
     claimed = wfs.claim(workflow_id, "a", 0, lease_s=30, task_id="task-a")

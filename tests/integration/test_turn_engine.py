@@ -10,19 +10,31 @@ from sqlalchemy import update
 from config import HopPolicy, Settings
 from state.agent import load_agent
 from state.dispatch import RecordingDispatcher
-from state.sessions.store import SessionChange
+from state.machine import Phase
+from state.sessions.snapshot import SessionChange
 from state.storage.backend import Backend
 from state.storage.tables import sessions
+from state.turns.draft import Delivery, PhaseOutcome
 from state.turns.engine import TurnEngine
+from state.turns.services import TurnServices
 from tasks.actions import known_actions
 from tests.support import make_settings, uid
 
 
 def engine_for(settings: Settings) -> tuple[TurnEngine, RecordingDispatcher]:
     dispatcher = RecordingDispatcher()
-    return TurnEngine(
-        Backend.build(settings), load_agent("tasks.agent"), dispatcher, known_actions
-    ), dispatcher
+    services = TurnServices.build(Backend.build(settings), dispatcher, known_actions)
+    return TurnEngine(services, load_agent("tasks.agent")), dispatcher
+
+
+def run_phase(
+    engine: TurnEngine,
+    phase: str,
+    session_id: str,
+    revision: int | None,
+    task_id: str | None = None,
+) -> PhaseOutcome:
+    return engine.run_phase(Delivery(Phase(phase), session_id, revision, task_id))
 
 
 def drain(engine: TurnEngine, dispatcher: RecordingDispatcher) -> list[str]:
@@ -31,13 +43,13 @@ def drain(engine: TurnEngine, dispatcher: RecordingDispatcher) -> list[str]:
     while dispatcher.sent:
         kind, args = dispatcher.sent.pop(0)
         if kind == "phase":
-            outcome = engine.run_phase(str(args[0]), str(args[1]), args[2])  # type: ignore[arg-type]
+            outcome = run_phase(engine, str(args[0]), str(args[1]), args[2])  # type: ignore[arg-type]
             ran.append(f"{args[0]}:{outcome.status}")
     return ran
 
 
 def send(engine: TurnEngine, dispatcher: RecordingDispatcher, session_id: str, text: str) -> None:
-    item = engine.sessions.accept_message(session_id, "u-1", text)
+    item = engine.services.inbox.accept(session_id, "u-1", text)
     if item.needs_kick:
         dispatcher.phase("understanding", session_id, item.session_revision)
 
@@ -58,7 +70,7 @@ def test_every_phase_policy_dispatches_each_phase(settings: Settings) -> None:
             "generating",
         )
     ]
-    assert engine.sessions.history(session_id)[-1]["content"] == "6*7 = 42"
+    assert engine.services.sessions.history(session_id)[-1]["content"] == "6*7 = 42"
 
 
 def test_inline_policy_hops_only_before_a_slow_phase(settings: Settings) -> None:
@@ -67,7 +79,7 @@ def test_inline_policy_hops_only_before_a_slow_phase(settings: Settings) -> None
     send(engine, dispatcher, session_id, "what is 6*7?")
     ran = drain(engine, dispatcher)
     assert ran == ["understanding:applied", "executing:applied"]  # two tasks, six commits
-    snap = engine.sessions.load_from_database(session_id)
+    snap = engine.services.sessions.load_from_database(session_id)
     assert snap is not None and snap.revision == 6
     assert snap.doc["metadata"]["turn"]["path"] == [
         "idle",
@@ -86,26 +98,28 @@ def test_a_message_arriving_mid_turn_needs_no_kick_and_is_answered(settings: Set
     session_id = uid("s")
     send(engine, dispatcher, session_id, "what is 1+1?")
     _kind, args = dispatcher.sent.pop(0)
-    engine.run_phase(str(args[0]), session_id, args[2])  # understanding: now mid-turn
-    item = engine.sessions.accept_message(session_id, "u-1", "what is 2+2?")
+    run_phase(engine, str(args[0]), session_id, args[2])  # understanding: now mid-turn
+    item = engine.services.inbox.accept(session_id, "u-1", "what is 2+2?")
     assert not item.needs_kick
     drain(engine, dispatcher)
-    contents = [m["content"] for m in engine.sessions.history(session_id)]
+    contents = [m["content"] for m in engine.services.sessions.history(session_id)]
     assert contents == ["what is 1+1?", "1+1 = 2", "what is 2+2?", "2+2 = 4"]
 
 
 def test_a_stale_cached_copy_is_caught_and_the_database_used(settings: Settings) -> None:
     engine, dispatcher = engine_for(settings)
     session_id = uid("s")
-    item = engine.sessions.accept_message(session_id, "u-1", "what is 3+3?")
-    snap = engine.sessions.load_from_database(session_id)  # caches revision 0
+    item = engine.services.inbox.accept(session_id, "u-1", "what is 3+3?")
+    snap = engine.services.sessions.load_from_database(session_id)  # caches revision 0
     assert snap is not None
     # Another writer commits revision 1 and dies before refreshing the cache.
-    engine.sessions.commit(snap, SessionChange(phase="idle", status="active", doc=dict(snap.doc)))
-    outcome = engine.run_phase("understanding", session_id, item.session_revision)
+    engine.services.sessions.commit(
+        snap, SessionChange(phase="idle", status="active", doc=dict(snap.doc))
+    )
+    outcome = run_phase(engine, "understanding", session_id, item.session_revision)
     assert outcome.status == "applied"
     drain(engine, dispatcher)
-    assert engine.sessions.history(session_id)[-1]["content"] == "3+3 = 6"
+    assert engine.services.sessions.history(session_id)[-1]["content"] == "3+3 = 6"
 
 
 def test_a_redelivered_task_whose_commit_landed_resends_its_follow_up(settings: Settings) -> None:
@@ -113,13 +127,13 @@ def test_a_redelivered_task_whose_commit_landed_resends_its_follow_up(settings: 
     session_id = uid("s")
     send(engine, dispatcher, session_id, "what is 4+4?")
     dispatcher.sent.clear()
-    engine.run_phase("understanding", session_id, None, task_id="task-1")
+    run_phase(engine, "understanding", session_id, None, task_id="task-1")
     assert dispatcher.sent == [("phase", ("planning", session_id, 1))]
     dispatcher.sent.clear()  # the broker lost the follow-up
-    outcome = engine.run_phase("understanding", session_id, None, task_id="task-1")
+    outcome = run_phase(engine, "understanding", session_id, None, task_id="task-1")
     assert outcome.status == "duplicate"
     assert dispatcher.sent == [("phase", ("planning", session_id, 1))]
-    other = engine.run_phase("understanding", session_id, None, task_id="task-2")
+    other = run_phase(engine, "understanding", session_id, None, task_id="task-2")
     assert other.status == "duplicate"
     assert dispatcher.sent == [("phase", ("planning", session_id, 1))]  # nothing more
 
@@ -129,15 +143,15 @@ def test_resume_and_break_turn_from_any_phase(settings: Settings) -> None:
     session_id = uid("s")
     send(engine, dispatcher, session_id, "what is 5+5?")
     dispatcher.sent.clear()
-    engine.run_phase("understanding", session_id, None)
+    run_phase(engine, "understanding", session_id, None)
     dispatcher.sent.clear()
-    snap = engine.sessions.load_from_database(session_id)
+    snap = engine.services.sessions.load_from_database(session_id)
     assert snap is not None and snap.phase == "planning"
-    assert engine.resume(snap) == "planning"
+    assert engine.interventions.resume(snap) == "planning"
     assert dispatcher.sent == [("phase", ("planning", session_id, snap.revision))]
-    outcome = engine.break_turn(snap, "error_occurred", "sorry", "poison")
+    outcome = engine.interventions.break_turn(snap, "error_occurred", "sorry", "poison")
     assert outcome.status == "error_occurred"
-    doc = engine.sessions.document(session_id)
+    doc = engine.services.sessions.document(session_id)
     assert doc is not None and doc["phase"] == "idle"
     assert doc["metadata"]["last_error"]["detail"] == "poison"
     assert doc["message_history"][-1]["content"] == "sorry"
@@ -146,13 +160,13 @@ def test_resume_and_break_turn_from_any_phase(settings: Settings) -> None:
 def test_a_poison_message_is_rejected_with_an_apology(settings: Settings) -> None:
     engine, _dispatcher = engine_for(settings)
     session_id = uid("s")
-    engine.sessions.accept_message(session_id, "u-1", "boom")
-    snap = engine.sessions.load_from_database(session_id)
+    engine.services.inbox.accept(session_id, "u-1", "boom")
+    snap = engine.services.sessions.load_from_database(session_id)
     assert snap is not None
-    engine.reject_next_message(snap, "gave up after 3 attempts")
-    history = engine.sessions.history(session_id)
+    engine.interventions.reject_next_message(snap, "gave up after 3 attempts")
+    history = engine.services.sessions.history(session_id)
     assert [m["role"] for m in history] == ["user", "assistant"]
-    assert engine.sessions.queued_count(session_id) == 0
+    assert engine.services.inbox.queued_count(session_id) == 0
 
 
 def test_the_deadline_is_checked_when_executing_commits(pg_url: str) -> None:
@@ -166,8 +180,8 @@ def test_the_deadline_is_checked_when_executing_commits(pg_url: str) -> None:
             continue  # the countdown task is lost: the commit-time check must catch it
         if args[0] == "executing":
             time.sleep(0.3)  # the handler overran its deadline
-        engine.run_phase(str(args[0]), session_id, args[2])  # type: ignore[arg-type]
-    doc = engine.sessions.document(session_id)
+        run_phase(engine, str(args[0]), session_id, args[2])  # type: ignore[arg-type]
+    doc = engine.services.sessions.document(session_id)
     assert doc is not None
     assert doc["metadata"]["last_error"]["cause"] == "timeout"
     assert doc["phase"] == "idle"
@@ -179,17 +193,17 @@ def test_a_session_left_in_error_or_timeout_is_reset_by_resume(
 ) -> None:
     engine, _dispatcher = engine_for(settings)
     session_id = uid("s")
-    snap = engine.sessions.create(session_id, "u-1")
-    with engine.sessions.engine.begin() as conn:
+    snap = engine.services.sessions.create(session_id, "u-1")
+    with engine.services.sessions.engine.begin() as conn:
         conn.execute(
             update(sessions)
             .where(sessions.c.session_id == session_id)
             .values(phase=phase, revision=5)
         )
-    snap = engine.sessions.load_from_database(session_id)
+    snap = engine.services.sessions.load_from_database(session_id)
     assert snap is not None
-    assert engine.resume(snap) == "reset"
-    after = engine.sessions.load_from_database(session_id)
+    assert engine.interventions.resume(snap) == "reset"
+    after = engine.services.sessions.load_from_database(session_id)
     assert after is not None and after.phase == "idle"
 
 
@@ -199,10 +213,10 @@ def test_resting_reads_phase_and_queue_together(settings: Settings) -> None:
     engine, dispatcher = engine_for(settings)
     session_id = uid("s")
     send(engine, dispatcher, session_id, "what is 9+9?")
-    assert engine.sessions.resting(session_id) == ("idle", 1)
+    assert engine.services.inbox.resting(session_id) == ("idle", 1)
     _kind, args = dispatcher.sent.pop(0)
-    engine.run_phase(str(args[0]), session_id, args[2])
-    assert engine.sessions.resting(session_id) == ("planning", 0)
+    run_phase(engine, str(args[0]), session_id, args[2])
+    assert engine.services.inbox.resting(session_id) == ("planning", 0)
     drain(engine, dispatcher)
-    assert engine.sessions.resting(session_id) == ("idle", 0)
-    assert engine.sessions.resting(uid("nobody")) is None
+    assert engine.services.inbox.resting(session_id) == ("idle", 0)
+    assert engine.services.inbox.resting(uid("nobody")) is None

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from state.calculator import MAX_MAGNITUDE, CalculationError, evaluate, format_number
-from state.errors import AgentStateError
+from state.calculator import MAX_MAGNITUDE, evaluate, format_number
+from state.errors import AgentStateError, CalculationError
 
 
 @pytest.mark.parametrize(

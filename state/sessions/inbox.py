@@ -1,0 +1,113 @@
+"""A session's inbox: user messages stored durably, then taken one turn at a time in
+arrival order."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, Engine, Select, func, insert, select, update
+
+from state.clock import as_utc, utcnow
+from state.errors import SessionOwnershipError
+from state.ids import new_id
+from state.machine import RESTING_PHASES
+from state.sessions.rows import insert_session
+from state.sessions.snapshot import InboxItem, InboxState
+from state.storage.db import read_connection
+from state.storage.tables import inbox, sessions
+
+
+class Inbox:
+    """Accepts messages for sessions and hands them to turns in order."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def accept(self, session_id: str, user_id: str, text: str) -> InboxItem:
+        """Store a user message durably, creating the session for ``user_id`` if new."""
+        message_id = new_id("msg")
+        now = utcnow()
+        with self.engine.begin() as conn:
+            insert_session(conn, session_id, user_id)
+            # Taking the row lock here orders inbox sequence numbers by commit, so a
+            # turn never starts a later message while an earlier one is uncommitted.
+            owner, seq, phase, revision = conn.execute(
+                update(sessions)
+                .where(sessions.c.session_id == session_id)
+                .values(inbox_seq=sessions.c.inbox_seq + 1)
+                .returning(
+                    sessions.c.user_id, sessions.c.inbox_seq, sessions.c.phase, sessions.c.revision
+                )
+            ).one()
+            if owner != user_id:
+                raise SessionOwnershipError(
+                    f"session {session_id} belongs to another user; use your own session id"
+                )
+            conn.execute(
+                insert(inbox).values(
+                    message_id=message_id,
+                    session_id=session_id,
+                    seq=seq,
+                    text=text,
+                    state=InboxState.QUEUED,
+                    created_at=now,
+                )
+            )
+        needs_kick = phase in RESTING_PHASES
+        return InboxItem(
+            message_id, session_id, int(seq), text, InboxState.QUEUED, now, needs_kick, revision
+        )
+
+    def next_queued(self, session_id: str) -> InboxItem | None:
+        """The oldest message of the session that has not started its turn."""
+        with read_connection(self.engine) as conn:
+            row = conn.execute(
+                select(inbox)
+                .where(inbox.c.session_id == session_id, inbox.c.state == InboxState.QUEUED)
+                .order_by(inbox.c.seq)
+                .limit(1)
+            ).first()
+        if row is None:
+            return None
+        state = InboxState(row.state)
+        return InboxItem(
+            row.message_id, row.session_id, row.seq, row.text, state, as_utc(row.created_at)
+        )
+
+    def resting(self, session_id: str) -> tuple[str, int] | None:
+        """The session's phase and how many messages wait, read together in one statement
+        (read apart, a turn starting in between would look like an idle session)."""
+        with read_connection(self.engine) as conn:
+            row = conn.execute(
+                select(sessions.c.phase, _queued_count(session_id).scalar_subquery()).where(
+                    sessions.c.session_id == session_id
+                )
+            ).first()
+        return None if row is None else (str(row[0]), int(row[1]))
+
+    def queued_count(self, session_id: str) -> int:
+        """How many messages wait for their turn."""
+        with read_connection(self.engine) as conn:
+            return int(conn.execute(_queued_count(session_id)).scalar_one())
+
+
+def _queued_count(session_id: str) -> Select[int]:
+    return (
+        select(func.count())
+        .select_from(inbox)
+        .where(inbox.c.session_id == session_id, inbox.c.state == InboxState.QUEUED)
+    )
+
+
+def has_queued(conn: Connection, session_id: str) -> bool:
+    """Whether a message of the session waits in the inbox (inside ``conn``)."""
+    row = conn.execute(
+        select(inbox.c.message_id)
+        .where(inbox.c.session_id == session_id, inbox.c.state == InboxState.QUEUED)
+        .limit(1)
+    ).first()
+    return row is not None
+
+
+def mark(conn: Connection, states: dict[str, InboxState]) -> None:
+    """Move inbox items to new states (inside ``conn``)."""
+    for message_id, state in states.items():
+        conn.execute(update(inbox).where(inbox.c.message_id == message_id).values(state=state))

@@ -1,0 +1,113 @@
+"""SQL shared by both session store implementations: new rows, history rows, the
+guarded update and the documents built from rows."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, insert, update
+
+from state.clock import utcnow
+from state.documents.codec import Document
+from state.errors import StaleStateError
+from state.machine import Phase
+from state.migrate import stamp
+from state.session import SessionState, SessionStatus
+from state.sessions.snapshot import SessionChange, Snapshot
+from state.storage.db import dialect_insert
+from state.storage.tables import messages, sessions
+
+
+def new_document(session_id: str, user_id: str) -> Document:
+    """The state document of a brand-new session (without history)."""
+    doc = SessionState.new(session_id, user_id).to_document()
+    doc.pop("message_history")
+    return stamp(doc)
+
+
+def full_document(snapshot: Snapshot, history: list[Document]) -> Document:
+    """The session as one JSON-ready document (the seed's fields, phase, _version)."""
+    doc = dict(snapshot.doc)
+    doc.update(
+        session_id=snapshot.session_id,
+        user_id=snapshot.user_id,
+        phase=snapshot.phase,
+        status=snapshot.status,
+        message_history=history,
+        revision=snapshot.revision,
+    )
+    return doc
+
+
+def insert_session(conn: Connection, session_id: str, user_id: str) -> None:
+    """Create the session's row unless it exists (revision 0, idle, no history)."""
+    now = utcnow()
+    stmt = dialect_insert(conn, sessions).values(
+        session_id=session_id,
+        user_id=user_id,
+        phase=Phase.IDLE,
+        status=SessionStatus.ACTIVE,
+        revision=0,
+        doc=new_document(session_id, user_id),
+        message_count=0,
+        inbox_seq=0,
+        recoveries=0,
+        created_at=now,
+        updated_at=now,
+    )
+    conn.execute(stmt.on_conflict_do_nothing(index_elements=[sessions.c.session_id]))
+
+
+def insert_messages(
+    conn: Connection, session_id: str, first_seq: int, items: list[Document]
+) -> None:
+    """Append history rows numbered from ``first_seq``."""
+    if not items:
+        return
+    conn.execute(
+        insert(messages),
+        [
+            {
+                "session_id": session_id,
+                "seq": first_seq + offset,
+                "role": str(item.get("role", "user")),
+                "content": str(item.get("content", "")),
+                "timestamp": str(item.get("timestamp") or utcnow().isoformat()),
+                "metadata": item.get("metadata") or {},
+            }
+            for offset, item in enumerate(items)
+        ],
+    )
+
+
+def guarded_update(conn: Connection, snapshot: Snapshot, change: SessionChange) -> bool:
+    """Write ``change`` to the row if it is still at ``snapshot.revision``; True if it was."""
+    result = conn.execute(
+        update(sessions)
+        .where(
+            sessions.c.session_id == snapshot.session_id,
+            sessions.c.revision == snapshot.revision,
+        )
+        .values(
+            revision=snapshot.revision + 1,
+            phase=change.phase,
+            status=change.status,
+            doc=change.doc,
+            message_count=snapshot.message_count + len(change.new_messages),
+            last_task_id=change.task_id,
+            deadline_at=change.deadline_at,
+            recoveries=0,
+            updated_at=utcnow(),
+        )
+    )
+    return result.rowcount == 1
+
+
+def stale(snapshot: Snapshot) -> StaleStateError:
+    """The error of a writer that lost the race for ``snapshot.revision``."""
+    return StaleStateError(
+        f"session {snapshot.session_id} is no longer at revision {snapshot.revision}"
+    )
+
+
+def lock_lost(snapshot: Snapshot) -> StaleStateError:
+    """The error of a writer whose lock expired or was taken before it committed."""
+    return StaleStateError(f"session {snapshot.session_id}: the state lock was lost before commit")

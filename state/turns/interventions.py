@@ -1,0 +1,84 @@
+"""What is done to a turn from outside its own phase tasks: the durable timeout firing,
+the recovery sweep breaking or resuming a turn whose worker is gone, and answering a
+message that can never run. Each is one guarded commit, so it applies once."""
+
+from __future__ import annotations
+
+import time
+
+from state.machine import RESTING_PHASES, Phase, Trigger
+from state.sessions.snapshot import Snapshot
+from state.turns import rules
+from state.turns.deadlines import deadline_passed
+from state.turns.draft import Draft, PhaseOutcome
+from state.turns.services import TurnServices
+
+
+class TurnInterventions:
+    """Entry points of the timeout task and the recovery sweep."""
+
+    def __init__(self, services: TurnServices) -> None:
+        self.services = services
+
+    def fire_timeout(self, session_id: str, deadline: float) -> PhaseOutcome:
+        """Time the session out if it is still executing under ``deadline``."""
+        outcome = PhaseOutcome(session_id, "not-due")
+        snap = self.services.sessions.load_from_database(session_id)
+        if snap is None or snap.phase != Phase.EXECUTING or snap.deadline_at != deadline:
+            return outcome
+        if time.time() < deadline:
+            self.services.dispatcher.timeout(session_id, deadline, deadline - time.time())
+            return outcome
+        return self.break_turn(
+            snap, Trigger.TIMEOUT, rules.TIMEOUT_REPLY, "execution deadline passed"
+        )
+
+    def break_turn(
+        self, snap: Snapshot, trigger: Trigger | None, reply: str, cause: str
+    ) -> PhaseOutcome:
+        """End a turn that its worker cannot finish, with an apology and the cause kept."""
+        draft = Draft(snap, None)
+        rules.fail_turn(draft, trigger, reply, cause)
+        return self._force_commit(snap, draft, trigger or "reset")
+
+    def reject_next_message(self, snap: Snapshot, cause: str) -> PhaseOutcome:
+        """Answer the next queued message with an apology without running its turn."""
+        item = self.services.inbox.next_queued(snap.session_id)
+        if item is None or snap.phase not in RESTING_PHASES:
+            return PhaseOutcome(snap.session_id, "nothing-to-do")
+        draft = Draft(snap, None)
+        rules.start_turn(draft, item)
+        rules.fail_turn(draft, Trigger.ERROR_OCCURRED, rules.ERROR_REPLY, cause)
+        return self._force_commit(snap, draft, "rejected")
+
+    def _force_commit(self, snap: Snapshot, draft: Draft, status: str) -> PhaseOutcome:
+        # Commits without waiting for the lock: the worker that still holds it will find
+        # the revision moved and its write refused. Its lock is freed here only if it is
+        # still that worker's.
+        sync, sessions = self.services.sync, self.services.sessions
+        holder = sync.current_holder(snap.session_id)
+        result = sessions.commit(snap, draft.change())
+        if holder is not None:
+            sync.release_state_lock(snap.session_id, holder)
+        sessions.publish(result.snapshot)
+        if result.queued:
+            self.services.dispatcher.phase(
+                Phase.UNDERSTANDING, snap.session_id, result.snapshot.revision
+            )
+        return PhaseOutcome(snap.session_id, status, [snap.phase], result.snapshot.revision)
+
+    def resume(self, snap: Snapshot) -> str | None:
+        """Re-enqueue whatever the persisted state says comes next; return what it was."""
+        if snap.phase in (Phase.ERROR, Phase.TIMEOUT):
+            self.break_turn(snap, None, rules.ERROR_REPLY, f"found in {snap.phase}")
+            return "reset"
+        if snap.phase == Phase.EXECUTING and deadline_passed(snap):
+            self.fire_timeout(snap.session_id, snap.deadline_at or 0.0)
+            return "timeout"
+        queued = (
+            snap.phase in RESTING_PHASES and self.services.inbox.queued_count(snap.session_id) > 0
+        )
+        phase = self.services.next_phase(snap, queued)
+        if phase is not None:
+            self.services.dispatcher.phase(phase, snap.session_id, snap.revision)
+        return phase

@@ -1,0 +1,156 @@
+"""The turn rules: how a turn starts, how a handler's result changes the draft, how a
+turn fails and recovers. Pure changes to a :class:`Draft`; the writes they need inside
+the commit's transaction are queued as ``draft.ops``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+
+from state.agent import PhaseResult
+from state.clock import utcnow
+from state.documents.codec import Document, require_object
+from state.errors import InvalidTransitionError, UnstorableResultError
+from state.machine import Phase, Trigger
+from state.session import make_message
+from state.sessions.snapshot import InboxItem, InboxState
+from state.storage import user_rows
+from state.turns.draft import Draft
+from state.workflow import parse_spec
+from state.workflows.store import insert_workflow
+
+MAX_EXECUTION_ATTEMPTS = 3
+ERROR_REPLY = "Sorry, something went wrong while I worked on that. Please try again."
+TIMEOUT_REPLY = "Sorry, that took too long and I had to stop. Please try again."
+DEFAULT_REPLY = "(the agent gave no reply)"
+CLARIFY_REPLY = "Could you tell me a little more?"
+_TURN_LISTS = ("tool_results", "pending_actions", "active_tools")
+_WORKFLOWS_KEPT = 20
+
+
+def start_turn(draft: Draft, item: InboxItem) -> None:
+    """Begin the turn of ``item``: its user message joins the history."""
+    trigger = Trigger.RECEIVE_INPUT if draft.phase == Phase.IDLE else Trigger.USER_RESPONDED
+    draft.metadata["turn"] = {
+        "message_id": item.message_id,
+        "started_at": utcnow().isoformat(),
+        "path": [draft.phase],
+    }
+    draft.fire(trigger)
+    draft.context = {"message": item.text, "message_id": item.message_id, "attempt": 1}
+    for key in _TURN_LISTS:
+        draft.doc[key] = []
+    draft.messages.append(make_message("user", item.text, {"message_id": item.message_id}))
+    draft.inbox[item.message_id] = InboxState.STARTED
+
+
+def apply_result(
+    phase: Phase,
+    draft: Draft,
+    result: PhaseResult,
+    *,
+    execution_timeout_s: float,
+    known_actions: Callable[[], Iterable[str]],
+) -> None:
+    """Fold a handler's result into the draft and fire its trigger."""
+    draft.context.update(result.context)
+    draft.metadata.update(result.metadata)
+    for key in _TURN_LISTS:
+        value = getattr(result, key)
+        if value is not None:
+            draft.doc[key] = value
+    if result.user_state is not None:
+        _change_user_state(draft, result.user_state)
+    if result.trigger is None:
+        _wait_for_workflow(phase, draft, result.workflow, known_actions)
+        return
+    if result.trigger == Trigger.RETRY_NEEDED:
+        _count_attempt(draft)
+    draft.fire(result.trigger)
+    _on_enter(draft, result.reply, execution_timeout_s)
+
+
+def _on_enter(draft: Draft, reply: str | None, execution_timeout_s: float) -> None:
+    if draft.phase == Phase.EXECUTING:
+        draft.deadline = time.time() + execution_timeout_s
+    elif draft.snap.phase == Phase.EXECUTING:
+        draft.deadline = None
+    if draft.phase == Phase.CLARIFYING:
+        draft.reply(reply or CLARIFY_REPLY, kind="clarification")
+    elif draft.phase == Phase.IDLE:
+        draft.reply(reply or DEFAULT_REPLY)
+    elif draft.phase in (Phase.ERROR, Phase.TIMEOUT):
+        recover(draft, reply)
+
+
+def _count_attempt(draft: Draft) -> None:
+    attempt = int(draft.context.get("attempt", 1)) + 1
+    if attempt > MAX_EXECUTION_ATTEMPTS:
+        raise InvalidTransitionError(f"gave up after {MAX_EXECUTION_ATTEMPTS} attempts")
+    draft.context["attempt"] = attempt
+
+
+def _wait_for_workflow(
+    phase: Phase, draft: Draft, spec: Document | None, known_actions: Callable[[], Iterable[str]]
+) -> None:
+    if phase != Phase.EXECUTING or spec is None:
+        raise InvalidTransitionError(
+            f"{phase} returned no trigger; only executing may wait, and only for a workflow"
+        )
+    wf = parse_spec({**spec, "session_id": draft.snap.session_id}, known_actions())
+    resume_revision = draft.snap.revision + 1
+
+    def create(conn: Any) -> None:
+        try:
+            roots = insert_workflow(conn, wf, resume_revision)
+        except IntegrityError as exc:
+            raise UnstorableResultError(f"workflow {wf.workflow_id!r} already exists") from exc
+        draft.roots.extend((wf.workflow_id, step_id, rev) for step_id, rev in roots)
+
+    draft.ops.append(create)
+    draft.context["workflow_id"] = wf.workflow_id
+    kept = [*draft.metadata.get("workflows", []), wf.workflow_id][-_WORKFLOWS_KEPT:]
+    draft.metadata["workflows"] = kept
+
+
+def _change_user_state(draft: Draft, change: Callable[[Document], Document]) -> None:
+    user_id = draft.snap.user_id
+
+    def checked_change(state: Document) -> Document:
+        # The handler's function runs inside the commit: whatever it raises means its
+        # result cannot be stored, not that the engine is broken.
+        try:
+            return require_object(change(state), "user state")
+        except Exception as exc:
+            raise UnstorableResultError(f"the user-state change raised {exc!r}") from exc
+
+    def write(conn: Any) -> None:
+        doc, revision = user_rows.mutate(conn, user_id, checked_change)
+        draft.user_writes.append((user_id, revision, doc))
+
+    draft.ops.append(write)
+
+
+def fail_turn(draft: Draft, trigger: Trigger | None, reply: str, cause: str) -> None:
+    """Drop the handler's changes and end the turn with ``reply`` (an apology)."""
+    draft.rollback()
+    failed_in = draft.phase  # after the rollback: the phase whose work failed
+    if trigger is not None:
+        draft.fire(trigger)
+    draft.metadata["last_error"] = {
+        "cause": "timeout" if trigger == Trigger.TIMEOUT else "error",
+        "detail": cause[:500],
+        "phase": failed_in,
+        "at": utcnow().isoformat(),
+    }
+    recover(draft, reply)
+
+
+def recover(draft: Draft, reply: str | None) -> None:
+    """Reset from error or timeout to idle, answering the turn's message."""
+    draft.fire(Trigger.RESET)
+    draft.deadline = None
+    draft.reply(reply or ERROR_REPLY, kind="apology")
