@@ -87,7 +87,7 @@ def events(table: list[Row], notes: list[str], scale: float, args: Any) -> None:
                 ours = rows.turns_per_second(settings, sessions, per)
         finally:
             if flower is not None:
-                flower.terminate()
+                flower.stop()
         say(f"{label}: every_phase {ours:.1f}, bare chain {bare:.1f} turns/s")
         table.append(
             Row(

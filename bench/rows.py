@@ -23,7 +23,7 @@ from state.storage.db import get_engine
 from state.storage.tables import inbox, messages, sessions
 from tasks.app import make_app
 from tasks.client import AgentClient
-from tasks.processes import free_port
+from tasks.processes import Flower, free_port
 
 HOPS = 6
 
@@ -306,27 +306,11 @@ def langgraph_turns_per_second(processes: int, sessions_n: int, per_session: int
     return share * processes * per_session / (time.perf_counter() - started)
 
 
-def with_flower(settings: Settings) -> subprocess.Popen[bytes]:
+def with_flower(settings: Settings) -> Flower:
     """Flower attached to the broker (it consumes every task event)."""
-    from config import child_environment as settings_env
-
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tasks",
-            "flower",
-            f"--port={port}",
-            "--address=127.0.0.1",
-        ],
-        cwd=harness.REPO,
-        env=settings_env(settings),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    time.sleep(3.0)
+    flower = Flower(settings, free_port(), cwd=harness.REPO)
+    if not flower.wait_ready():
+        raise RuntimeError("Flower did not come up")
+    time.sleep(1.0)  # let it subscribe to events before the clock starts
     say("Flower attached")
-    return proc
+    return flower

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -18,7 +15,7 @@ from typing import Any
 from config import get_settings, redact_url
 from state.storage.db import get_engine, upgrade_schema
 from tasks import progress
-from tasks.processes import WorkerGroup
+from tasks.processes import Flower, WorkerGroup
 
 FLOWER_PORT = 5555
 DIAMOND = {
@@ -114,31 +111,9 @@ def _workers(count: int, logs: Path) -> Iterator[None]:
 
 @contextmanager
 def _flower(logs: Path) -> Iterator[None]:
-    proc = _spawn(["flower", f"--port={FLOWER_PORT}", "--address=127.0.0.1"], logs / "flower.log")
-    print(f"Flower: http://127.0.0.1:{FLOWER_PORT} (while the demo runs)")
+    flower = Flower(get_settings(), FLOWER_PORT, log=logs / "flower.log")
+    print(f"Flower: {flower.url} (while the demo runs)")
     try:
         yield
     finally:
-        _stop([proc])
-
-
-def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tasks", *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        flower.stop()

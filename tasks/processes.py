@@ -1,4 +1,9 @@
-"""Starting and stopping real Celery processes (the demo, tests and benchmarks use it)."""
+"""Starting and stopping real Celery processes: workers, beat and Flower.
+
+The one place that launches ``celery -A tasks ...``; the demo, the tests and the
+benchmarks all use it. Each process runs in its own process group, so stopping it also
+stops a worker's pool children.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -22,6 +28,91 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+STOP_TIMEOUT_S = 20.0
+FLOWER_READY_TIMEOUT_S = 30.0
+
+
+def celery_command(*args: str) -> list[str]:
+    """``celery -A tasks <args>`` run by this interpreter."""
+    return [sys.executable, "-m", "celery", "-A", "tasks", *args]
+
+
+def spawn(
+    args: list[str], env: dict[str, str], log: Path | None, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``celery -A tasks <args>`` in a process group of its own, logging to ``log``."""
+    out = log.open("ab") if log is not None else subprocess.DEVNULL
+    try:
+        return subprocess.Popen(
+            celery_command(*args),
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    finally:
+        if log is not None:
+            out.close()  # type: ignore[union-attr]
+
+
+def stop(procs: list[subprocess.Popen[bytes]], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """Warm shutdown of each process group, then a kill for what does not stop in time."""
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def start_beat(
+    settings: Settings, log_dir: Path, *, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``celery -A tasks beat`` with its schedule file in ``log_dir``."""
+    args = ["beat", "--loglevel=INFO", f"--schedule={log_dir / 'beat-schedule'}"]
+    return spawn(args, env or child_environment(settings), log_dir / "beat.log", cwd)
+
+
+class Flower:
+    """``celery -A tasks flower`` on 127.0.0.1:``port``."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        port: int,
+        *,
+        log: Path | None = None,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+        basic_auth: str | None = None,
+    ) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        args = ["flower", f"--port={port}", "--address=127.0.0.1"]
+        if basic_auth:
+            args.append(f"--basic_auth={basic_auth}")
+        self.proc = spawn(args, env or child_environment(settings), log, cwd)
+
+    def wait_ready(self, timeout_s: float = FLOWER_READY_TIMEOUT_S) -> bool:
+        """Wait until Flower answers its health check; False if it did not in time."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                urllib.request.urlopen(f"{self.url}/healthcheck", timeout=1).read()  # noqa: S310
+                return True
+            except OSError:
+                time.sleep(0.2)
+        return False
+
+    def stop(self) -> None:
+        """Stop Flower."""
+        stop([self.proc])
 
 
 class WorkerGroup:
@@ -60,28 +151,17 @@ class WorkerGroup:
     def add(self) -> str:
         """Start one more worker; return its node name."""
         name = f"w{len(self.procs) + 1}-{self.tag}@localhost"
-        log = (self.log_dir / f"{name.split('@', maxsplit=1)[0]}.log").open("ab")
-        self.procs[name] = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "tasks",
-                "worker",
-                f"--hostname={name}",
-                f"--concurrency={self.concurrency}",
-                f"--pool={self.pool}",
-                f"--loglevel={self.loglevel}",
-                "--without-mingle",
-                "--without-gossip",
-            ],
-            cwd=self.cwd,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        args = [
+            "worker",
+            f"--hostname={name}",
+            f"--concurrency={self.concurrency}",
+            f"--pool={self.pool}",
+            f"--loglevel={self.loglevel}",
+            "--without-mingle",
+            "--without-gossip",
+        ]
+        log = self.log_dir / f"{name.split('@', maxsplit=1)[0]}.log"
+        self.procs[name] = spawn(args, self.env, log, self.cwd)
         return name
 
     def alive(self) -> list[str]:
@@ -132,16 +212,8 @@ class WorkerGroup:
                 proc.wait(timeout=10)
 
     def stop(self) -> None:
-        """Warm shutdown, then a kill for whatever does not stop within 20 s."""
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        """Warm shutdown, then a kill for whatever does not stop in time."""
+        stop(list(self.procs.values()))
 
     def logs(self) -> str:
         """The tail of every worker's log."""

@@ -1,8 +1,10 @@
 """A test agent: the reference agent, plus handlers that fail or overrun on request.
 
-Workers load it with AGENTSTATE_AGENT=tests.agents. A message containing "explode" makes
-planning raise; "dawdle" makes executing sleep past a 1 s deadline; "linger" makes it
-take LINGER_S (a window for killing or stopping the worker mid-phase).
+Workers load it with AGENTSTATE_AGENT=tests.agents. A message containing "stumble" makes
+understanding raise; "explode" makes planning raise; "dawdle" makes executing sleep past
+a 1 s deadline; "linger" makes it take LINGER_S (a window for killing or stopping the
+worker mid-phase); "unstorable" makes executing return a user-state change that raises
+when the engine commits it.
 """
 
 from __future__ import annotations
@@ -11,12 +13,18 @@ import time
 
 from state.agent import PhaseContext, PhaseResult
 from tasks import agent as reference
-from tasks.agent import evaluating, generating, retrieving, understanding
+from tasks.agent import evaluating, generating, retrieving
 
 __all__ = ["evaluating", "executing", "generating", "planning", "retrieving", "understanding"]
 
 DAWDLE_S = 3.0
 LINGER_S = 2.0
+
+
+def understanding(ctx: PhaseContext) -> PhaseResult:
+    if "stumble" in ctx.message:
+        raise RuntimeError("the understanding handler stumbled on purpose")
+    return reference.understanding(ctx)
 
 
 def planning(ctx: PhaseContext) -> PhaseResult:
@@ -30,4 +38,10 @@ def executing(ctx: PhaseContext) -> PhaseResult:
         time.sleep(DAWDLE_S)
     elif "linger" in ctx.message:
         time.sleep(LINGER_S)
+    elif "unstorable" in ctx.message:
+        return PhaseResult("tools_complete", user_state=_broken_change)
     return reference.executing(ctx)
+
+
+def _broken_change(state: dict[str, object]) -> dict[str, object]:
+    raise ZeroDivisionError("the user-state change divided by zero")

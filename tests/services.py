@@ -11,10 +11,8 @@ import contextlib
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -23,6 +21,7 @@ from pathlib import Path
 import redis
 
 from config import Settings
+from tasks import processes
 from tasks.processes import free_port
 from tests.support import REPO, settings_env
 
@@ -153,33 +152,13 @@ class Beat:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Beat:
-        log = (self.log_dir / "beat.log").open("ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "tasks",
-                "beat",
-                "--loglevel=INFO",
-                f"--schedule={self.log_dir / 'beat-schedule'}",
-            ],
-            cwd=REPO,
-            env=settings_env(self.settings),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        env = settings_env(self.settings)
+        self.proc = processes.start_beat(self.settings, self.log_dir, cwd=REPO, env=env)
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.proc is not None:
+            processes.stop([self.proc], timeout_s=10)
 
 
 class CommitDropper:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -16,7 +14,7 @@ import pytest
 
 from config import Settings
 from tasks.client import AgentClient
-from tasks.processes import free_port
+from tasks.processes import Flower, free_port
 from tests.support import REPO, Workers, settings_env, uid
 
 pytestmark = pytest.mark.workers
@@ -33,39 +31,14 @@ def _get(url: str, auth: str | None = AUTH) -> Any:
 
 @pytest.fixture(scope="module")
 def flower(worker_settings: Settings, workers: Workers) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tasks",
-            "flower",
-            f"--port={port}",
-            "--address=127.0.0.1",
-            f"--basic_auth={AUTH}",
-        ],
-        cwd=REPO,
-        env=settings_env(worker_settings),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"{base}/healthcheck", timeout=1).read()
-            break
-        except OSError:
-            time.sleep(0.2)
-    else:
-        proc.kill()
+    env = settings_env(worker_settings)
+    server = Flower(worker_settings, free_port(), cwd=REPO, env=env, basic_auth=AUTH)
+    if not server.wait_ready():
+        server.stop()
         pytest.fail("Flower did not come up")
     time.sleep(1.0)  # let Flower subscribe to events before the turn starts
-    yield base
-    proc.terminate()
-    proc.wait(timeout=10)
+    yield server.url
+    server.stop()
 
 
 def test_flower_sees_the_workers_and_every_phase_task_of_a_turn(

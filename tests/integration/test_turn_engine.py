@@ -21,10 +21,12 @@ from tasks.actions import known_actions
 from tests.support import make_settings, uid
 
 
-def engine_for(settings: Settings) -> tuple[TurnEngine, RecordingDispatcher]:
+def engine_for(
+    settings: Settings, agent: str = "tasks.agent"
+) -> tuple[TurnEngine, RecordingDispatcher]:
     dispatcher = RecordingDispatcher()
     services = TurnServices.build(Backend.build(settings), dispatcher, known_actions)
-    return TurnEngine(services, load_agent("tasks.agent")), dispatcher
+    return TurnEngine(services, load_agent(agent)), dispatcher
 
 
 def run_phase(
@@ -220,3 +222,47 @@ def test_resting_reads_phase_and_queue_together(settings: Settings) -> None:
     drain(engine, dispatcher)
     assert engine.services.inbox.resting(session_id) == ("idle", 0)
     assert engine.services.inbox.resting(uid("nobody")) is None
+
+
+def test_a_result_that_cannot_be_stored_ends_the_turn_with_an_apology(
+    settings: Settings,
+) -> None:
+    engine, dispatcher = engine_for(settings, "tests.agents")
+    session_id = uid("s")
+    send(engine, dispatcher, session_id, "unstorable please")
+    drain(engine, dispatcher)
+    doc = engine.services.sessions.document(session_id)
+    assert doc is not None and doc["phase"] == "idle"
+    assert doc["message_history"][-1]["metadata"]["kind"] == "apology"
+    error = doc["metadata"]["last_error"]
+    assert "divided by zero" in error["detail"] and error["phase"] == "executing"
+    assert engine.services.users.load_user_state("u-1").get("memories") is None
+
+
+def test_a_bug_in_the_engine_is_not_turned_into_an_apology(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine, dispatcher = engine_for(settings, "tests.agents")
+    session_id = uid("s")
+    send(engine, dispatcher, session_id, "remember that bugs surface")
+
+    def broken_mutate(*_args: object, **_kwargs: object) -> None:
+        raise KeyError("a bug in the engine's own code")
+
+    monkeypatch.setattr("state.storage.user_rows.mutate", broken_mutate)
+    with pytest.raises(KeyError):
+        drain(engine, dispatcher)
+    snap = engine.services.sessions.load_from_database(session_id)
+    assert snap is not None and snap.phase == "executing"  # nothing committed: retried later
+    history = engine.services.sessions.history(session_id)
+    assert all(m["metadata"].get("kind") != "apology" for m in history)
+
+
+def test_last_error_names_the_phase_whose_handler_failed(settings: Settings) -> None:
+    engine, dispatcher = engine_for(settings, "tests.agents")
+    session_id = uid("s")
+    for text, phase in (("stumble now", "understanding"), ("explode now", "planning")):
+        send(engine, dispatcher, session_id, text)
+        drain(engine, dispatcher)
+        doc = engine.services.sessions.document(session_id)
+        assert doc is not None and doc["metadata"]["last_error"]["phase"] == phase

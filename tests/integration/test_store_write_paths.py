@@ -1,0 +1,110 @@
+"""The Postgres session store's one-statement write and the portable write leave the
+same rows behind, for every shape of commit a turn makes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from config import Settings
+from state.documents.codec import loads
+from state.errors import StaleStateError
+from state.machine import Phase
+from state.session import SessionStatus, make_message
+from state.sessions.inbox import Inbox
+from state.sessions.snapshot import InboxState, SessionChange, Snapshot
+from state.sessions.store import SessionStore
+from state.sessions.store_postgres import PostgresSessionStore
+from state.storage.backend import Backend
+from state.storage.tables import inbox, messages, sessions
+from tests.support import uid
+
+_VOLATILE = {"session_id", "updated_at", "created_at", "message_id", "timestamp", "id"}
+
+
+def _turn(store: SessionStore, inbox_: Inbox, session_id: str) -> None:
+    """A whole turn's commits: a middle phase, one with history rows and inbox changes,
+    and one that ends the turn and checks the inbox."""
+    item = inbox_.accept(session_id, "alice", "what is 2+2?")
+    snap = store.load_from_database(session_id)
+    assert snap is not None
+    steps: list[dict[str, Any]] = [
+        {
+            "phase": Phase.UNDERSTANDING,
+            "new_messages": [make_message("user", item.text, {"message_id": "m"})],
+            "inbox_state": {item.message_id: InboxState.STARTED},
+        },
+        {"phase": Phase.PLANNING, "deadline_at": 123.5, "task_id": "task-2"},
+        {
+            "phase": Phase.IDLE,
+            "new_messages": [make_message("assistant", "4", {"reply_to": "m"})],
+            "inbox_state": {item.message_id: InboxState.ANSWERED},
+            "check_inbox": True,
+        },
+    ]
+    for fields in steps:
+        doc = {**snap.doc, "context_window": {"step": str(fields["phase"])}}
+        change = SessionChange(status=SessionStatus.ACTIVE, doc=doc, **fields)
+        snap = store.commit(snap, change).snapshot
+
+
+def _rows(backend: Backend, session_id: str) -> dict[str, Any]:
+    def plain(row: Any) -> dict[str, Any]:
+        data = {k: v for k, v in row._mapping.items() if k not in _VOLATILE}
+        if "doc" in data:
+            data["doc"] = {k: v for k, v in _loads(data["doc"]).items() if k not in _VOLATILE}
+        return data
+
+    with backend.engine.connect() as conn:
+        return {
+            table.name: [
+                plain(r)
+                for r in conn.execute(
+                    select(table)
+                    .where(table.c.session_id == session_id)
+                    .order_by(*table.primary_key)
+                )
+            ]
+            for table in (sessions, messages, inbox)
+        }
+
+
+def _loads(raw: str) -> dict[str, Any]:
+    value = loads(raw)
+    assert isinstance(value, dict)
+    return value
+
+
+def test_both_write_paths_leave_the_same_rows(pg_settings: Settings) -> None:
+    backend = Backend.build(pg_settings)
+    portable = SessionStore(backend.engine, backend.cache)
+    fast = SessionStore.for_engine(backend.engine, backend.cache)
+    assert type(fast) is PostgresSessionStore
+    inbox_ = Inbox(backend.engine)
+    first, second = uid("s"), uid("s")
+    _turn(portable, inbox_, first)
+    _turn(fast, inbox_, second)
+    left, right = _rows(backend, first), _rows(backend, second)
+    assert left["sessions"][0]["revision"] == 3
+    assert len(left["messages"]) == 2
+    assert left == right
+
+
+def test_the_fast_path_refuses_a_stale_revision_like_the_portable_one(
+    pg_settings: Settings,
+) -> None:
+    backend = Backend.build(pg_settings)
+    for store in (
+        SessionStore(backend.engine, backend.cache),
+        SessionStore.for_engine(backend.engine, backend.cache),
+    ):
+        session_id = uid("s")
+        snap: Snapshot = store.create(session_id, "bob")
+        change = SessionChange(
+            phase=Phase.PLANNING, status=SessionStatus.ACTIVE, doc=dict(snap.doc)
+        )
+        store.commit(snap, change)
+        with pytest.raises(StaleStateError):
+            store.commit(snap, change)
