@@ -31,7 +31,7 @@ from config import get_settings
 from state.agent import PhaseContext, PhaseResult, quick
 from state.calculator import evaluate, format_number
 from state.errors import CalculationError
-from tasks import intent
+from tasks.intent import classify as read_intent
 
 Document = dict[str, Any]
 MAX_ATTEMPTS = 3
@@ -40,7 +40,7 @@ ELLIPSIS = "\u2026"
 
 def classify(text: str) -> Document:
     """The intent of a message (see ``tasks.intent``), under this deployment's limits."""
-    return intent.classify(text, get_settings().max_calculations_per_message)
+    return read_intent(text, get_settings().max_calculations_per_message)
 
 
 @quick

@@ -6,7 +6,7 @@ of the original patterns (kept as the reference in the unit tests):
 
 - "remember": ``^\\s*(please\\s+)?remember\\s+(that\\s+)?FACT[\\s.!]*$``, case-insensitive;
 - "recall": "what do/did you remember" or "what have you remembered";
-- arithmetic: every leftmost, longest run of numbers joined by operators, with the
+- arithmetic: each run of numbers joined by operators, with the
   parentheses and spaces around them, as ``re.finditer`` would find it.
 
 The arithmetic scanner finds each candidate with possessive and atomic regexes, which
