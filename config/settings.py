@@ -35,6 +35,11 @@ class Settings(BaseSettings):
     agent: str = "tasks.agent"
     action_modules: str = ""
     max_message_bytes: int = Field(65536, gt=0)
+    # What one message may make the reference agent do and store.
+    max_calculations_per_message: int = Field(20, ge=1)
+    max_reply_bytes: int = Field(16384, ge=64)
+    max_facts: int = Field(100, ge=1)
+    max_fact_bytes: int = Field(2048, ge=1)
     stuck_after: float = Field(60.0, gt=0)
     hop_policy: HopPolicy = HopPolicy.EVERY_PHASE
     # Not in the public surface, but handy for operators and benchmarks.

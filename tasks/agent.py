@@ -7,55 +7,40 @@
 - a message with no letter or digit goes to ``clarifying``;
 - anything else gets a plain reply.
 
+What one message may cost is bounded (Settings, read through ``config.get_settings()``),
+because a message is anyone's text:
+
+- reading it is linear in its length (``tasks.intent``);
+- a message with more than ``max_calculations_per_message`` expressions computes none of
+  them: the reply says so and asks for smaller groups (computing only the first N would
+  answer a question the user did not ask);
+- a fact longer than ``max_fact_bytes`` (UTF-8) is not stored, and the reply says why;
+- memory keeps the user's latest ``max_facts`` facts: remembering one more forgets the
+  oldest. Dropping happens inside the guarded user-state update, so two sessions
+  remembering at once cannot exceed the bound (a refusal would need a read outside it);
+- a reply longer than ``max_reply_bytes`` (UTF-8) is cut, ending in an ellipsis.
+
 A real agent replaces this module through ``AGENTSTATE_AGENT`` (see ``state.agent``).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from config import get_settings
 from state.agent import PhaseContext, PhaseResult, quick
 from state.calculator import evaluate, format_number
 from state.documents.codec import Document
 from state.errors import CalculationError
+from tasks.intent import classify as read_intent
 
 MAX_ATTEMPTS = 3
-
-_REMEMBER = re.compile(
-    r"^\s*(?:please\s+)?remember\s+(?:that\s+)?(?P<fact>.+?)[\s.!]*$", re.I | re.S
-)
-_RECALL = re.compile(
-    r"\bwhat\s+(?:do|did)\s+you\s+remember\b|\bwhat\s+have\s+you\s+remembered\b", re.I
-)
-_NUMBER = r"\d+(?:\.\d+)?"
-_EXPRESSION = re.compile(
-    rf"[(\s]*-?{_NUMBER}[)\s]*(?:(?:\*\*|[-+*/%^\u00d7\u00f7])[(\s]*-?{_NUMBER}[)\s]*)+"
-)
+ELLIPSIS = "\u2026"
 
 
 def classify(text: str) -> Document:
-    """The intent of a message."""
-    remember = _REMEMBER.match(text)
-    if remember:
-        return {"kind": "remember", "fact": remember.group("fact").strip()}
-    if _RECALL.search(text):
-        return {"kind": "recall"}
-    expressions = [_balanced(m.group(0)) for m in _EXPRESSION.finditer(text)]
-    expressions = [e for e in expressions if e]
-    if expressions:
-        return {"kind": "calculate", "expressions": expressions}
-    return {"kind": "chat"}
-
-
-def _balanced(expression: str) -> str:
-    # The pattern may take a stray parenthesis from the surrounding prose; drop extras.
-    expression = expression.strip()
-    while expression.count("(") > expression.count(")") and expression.startswith("("):
-        expression = expression[1:].strip()
-    while expression.count(")") > expression.count("(") and expression.endswith(")"):
-        expression = expression[:-1].strip()
-    return expression
+    """The intent of a message (see ``tasks.intent``), under this deployment's limits."""
+    return read_intent(text, get_settings().max_calculations_per_message)
 
 
 @quick
@@ -74,6 +59,11 @@ def planning(ctx: PhaseContext) -> PhaseResult:
     """Turn the intent into tool calls."""
     intent = ctx.context.get("intent", {"kind": "chat"})
     plan: list[Document] = []
+    limit = get_settings().max_calculations_per_message
+    if intent["kind"] == "calculate" and len(intent["expressions"]) > limit:
+        # Never planned beyond the limit, whoever wrote the intent.
+        refused = {"kind": "too_many_calculations", "limit": limit}
+        return PhaseResult("plan_ready", pending_actions=plan, context={"intent": refused})
     if intent["kind"] == "calculate":
         plan = [{"tool": "calculate", "expression": e} for e in intent["expressions"]]
     elif intent["kind"] == "remember":
@@ -87,8 +77,8 @@ def retrieving(ctx: PhaseContext) -> PhaseResult:
     intent = ctx.context.get("intent", {})
     if intent.get("kind") != "recall":
         return PhaseResult("context_ready")
-    memories = ctx.user_state().get("memories", [])
-    return PhaseResult("context_ready", context={"memories": list(memories)})
+    memories = _memories(ctx.user_state())[-get_settings().max_facts :]
+    return PhaseResult("context_ready", context={"memories": memories})
 
 
 def executing(ctx: PhaseContext) -> PhaseResult:
@@ -102,10 +92,11 @@ def executing(ctx: PhaseContext) -> PhaseResult:
             None, workflow=_calculation_workflow(calculations), active_tools=["calculate"]
         )
     results = [_calculate(p["expression"]) for p in calculations]
-    facts = [p["fact"] for p in plan if p["tool"] == "remember"]
+    remembered = [_remember(p["fact"]) for p in plan if p["tool"] == "remember"]
+    facts = [r["fact"] for r in remembered if r["ok"]]
+    results += remembered
     if not facts:
         return PhaseResult("tools_complete", tool_results=results, active_tools=[])
-    results += [{"tool": "remember", "ok": True, "fact": fact} for fact in facts]
     return PhaseResult(
         "tools_complete", tool_results=results, active_tools=[], user_state=_remembering(facts)
     )
@@ -124,24 +115,50 @@ def evaluating(ctx: PhaseContext) -> PhaseResult:
 def generating(ctx: PhaseContext) -> PhaseResult:
     """Write the reply."""
     intent = ctx.context.get("intent", {"kind": "chat"})
-    return PhaseResult("response_sent", reply=_reply(intent, ctx))
+    reply = _reply(intent, ctx)
+    return PhaseResult("response_sent", reply=truncated(reply, get_settings().max_reply_bytes))
+
+
+def truncated(text: str, max_bytes: int) -> str:
+    """``text`` cut to at most ``max_bytes`` of UTF-8, ending in an ellipsis if cut."""
+    if len(text) * 4 <= max_bytes or len(text.encode("utf-8")) <= max_bytes:
+        return text
+    room = max_bytes - len(ELLIPSIS.encode("utf-8"))
+    # Cutting the bytes may split a character; "ignore" drops its stray first bytes.
+    return text.encode("utf-8")[:room].decode("utf-8", "ignore") + ELLIPSIS
 
 
 def _reply(intent: Document, ctx: PhaseContext) -> str:
     kind = intent["kind"]
-    if kind == "calculate":
-        return " and ".join(_describe(r) for r in ctx.tool_results) or "I found nothing to compute."
-    if kind == "remember":
-        return f"Got it. I'll remember that {intent['fact']}."
-    if kind == "recall":
-        memories = ctx.context.get("memories") or []
-        if not memories:
-            return "I don't remember anything for you yet. Tell me with 'remember that ...'."
-        return "Here is what I remember: " + "; ".join(memories) + "."
+    if kind in ("calculate", "too_many_calculations"):
+        return _calculation_reply(intent, ctx.tool_results)
+    if kind in ("remember", "recall"):
+        return _memory_reply(intent, ctx)
     return (
         f"You said: \u201c{ctx.message.strip()[:200]}\u201d. I can do arithmetic "
         "(\u201cwhat is 12*7?\u201d) and remember things (\u201cremember that ...\u201d)."
     )
+
+
+def _calculation_reply(intent: Document, results: list[Document]) -> str:
+    if intent["kind"] == "too_many_calculations":
+        return (
+            f"I compute at most {intent['limit']} expressions per message, and yours has "
+            "more, so I computed none of them. Could you send them in smaller groups?"
+        )
+    return " and ".join(_describe(r) for r in results) or "I found nothing to compute."
+
+
+def _memory_reply(intent: Document, ctx: PhaseContext) -> str:
+    if intent["kind"] == "remember":
+        refused = [r for r in ctx.tool_results if r.get("tool") == "remember" and not r["ok"]]
+        if refused:
+            return f"Sorry, I can't remember that: {refused[0]['error']}."
+        return f"Got it. I'll remember that {intent['fact']}."
+    memories = ctx.context.get("memories") or []
+    if not memories:
+        return "I don't remember anything for you yet. Tell me with 'remember that ...'."
+    return "Here is what I remember: " + "; ".join(memories) + "."
 
 
 def _describe(result: Document) -> str:
@@ -195,9 +212,28 @@ def _workflow_results(workflow: Document) -> list[Document]:
     return results
 
 
+def _remember(fact: str) -> Document:
+    limit = get_settings().max_fact_bytes
+    size = len(fact.encode("utf-8"))
+    if size > limit:
+        error = f"it is {size} bytes long, and I keep facts of at most {limit} bytes"
+        return {"tool": "remember", "ok": False, "error": error}
+    return {"tool": "remember", "ok": True, "fact": fact}
+
+
+def _memories(state: Document) -> list[str]:
+    # User state is anyone's JSON (save_user_state): read only a list of strings from it.
+    memories = state.get("memories")
+    if not isinstance(memories, list):
+        return []
+    return [m for m in memories if isinstance(m, str)]
+
+
 def _remembering(facts: list[str]) -> Any:
+    keep = get_settings().max_facts
+
     def remember(state: Document) -> Document:
-        memories = [m for m in state.get("memories", []) if m not in facts]
-        return {**state, "memories": [*memories, *facts]}
+        memories = [m for m in _memories(state) if m not in facts]
+        return {**state, "memories": [*memories, *facts][-keep:]}
 
     return remember

@@ -46,3 +46,9 @@ def slow_count(inputs: Document, deps: Document, context: Document) -> Document:
     time.sleep(float(inputs.get("seconds", 1.0)))
     _redis().hincrby(effects_key(context["run"]), inputs["name"], 1)
     return {"value": 1}
+
+
+@action("not_finite")
+def not_finite(inputs: Document, deps: Document, context: Document) -> Document:
+    """Return a number JSON cannot hold (orjson alone would store it as null)."""
+    return {"value": float(inputs.get("value", "nan"))}

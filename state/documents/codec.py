@@ -39,14 +39,35 @@ def require_object(value: Any, what: str) -> Document:
 
 def require_storable(value: Any, what: str) -> str:
     """``value`` as JSON, refusing what some backend cannot store (NUL characters:
-    Postgres refuses them in text and JSONB; unpaired surrogates: not UTF-8)."""
+    Postgres refuses them in text and JSONB; unpaired surrogates: not UTF-8) and what
+    JSON cannot hold (NaN and infinities, which orjson would silently store as null)."""
     try:
         text = dumps(value)
     except InvalidPayloadError as exc:
         raise InvalidPayloadError(f"{what} is not storable JSON: {exc}") from exc
     if _JSON_NUL.search(text):
         raise InvalidPayloadError(f"{what} contains a NUL character")
+    # orjson has no option to refuse them, and writes each as null: without a null in
+    # the text there is none, and most payloads are never walked.
+    if "null" in text and _has_non_finite(value):
+        raise InvalidPayloadError(
+            f"{what} contains a number that is not finite (NaN or Infinity); JSON has none"
+        )
     return text
+
+
+def _has_non_finite(value: Any) -> bool:
+    # One pass, no recursion (orjson has already refused nesting deeper than 255).
+    pending: list[Any] = [[value]]
+    while pending:
+        item = pending.pop()
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, float):
+                if child - child != 0.0:  # nan - nan and inf - inf are nan
+                    return True
+            elif isinstance(child, dict | list | tuple):
+                pending.append(child)
+    return False
 
 
 def require_text(text: Any, what: str, max_bytes: int) -> int:

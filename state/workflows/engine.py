@@ -112,7 +112,8 @@ class WorkflowEngine:
             raise InvalidPayloadError(
                 f"action {claimed.action!r} returned {type(outputs).__name__}, not a JSON object"
             )
-        codec.dumps(outputs)  # unstorable outputs fail the step here, not in the commit
+        # Unstorable outputs fail the step here, not in the commit.
+        codec.require_storable(outputs, f"the outputs of action {claimed.action!r}")
         return outputs
 
     def _fail(self, claimed: ClaimedStep, error: str, *, retry: bool) -> str:

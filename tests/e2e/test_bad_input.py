@@ -17,6 +17,7 @@ from state.errors import (
     MessageTooLargeError,
     NotFoundError,
     SessionOwnershipError,
+    WorkflowSpecError,
 )
 from state.storage import keys
 from state.storage.tables import inbox, sessions
@@ -25,6 +26,7 @@ from tasks.client import AgentClient
 from tests.support import Workers, uid
 
 pytestmark = pytest.mark.workers
+INF = float("inf")
 BAD_IDS = ["", "x" * 129, "has space", "slash/no", "semi;colon", "caf\u00e9", "brace{x}", None, 42]
 
 
@@ -77,6 +79,29 @@ def test_non_json_payloads_are_refused(client: AgentClient) -> None:
     with pytest.raises(InvalidPayloadError):
         client.save_user_state(user, {"a set": {1, 2}})
     assert client.load_user_state(user) == {}
+
+
+def test_non_finite_numbers_are_refused_not_stored_as_null(client: AgentClient) -> None:
+    user, workflow_id = uid("u"), uid("wf")
+    with pytest.raises(InvalidPayloadError, match="not finite"):
+        client.save_user_state(user, {"score": float("nan")})
+    assert client.load_user_state(user) == {}
+    inputs = {"step_id": "a", "action": "echo", "inputs": {"x": -INF}}
+    with pytest.raises(WorkflowSpecError, match="'inputs' contains a number that is not finite"):
+        client.start_workflow({"workflow_id": workflow_id, "steps": [inputs]})
+    context = {"step_id": "a", "action": "echo"}
+    with pytest.raises(WorkflowSpecError, match="'context' contains a number that is not finite"):
+        client.start_workflow(
+            {"workflow_id": workflow_id, "steps": [context], "context": {"x": [INF]}}
+        )
+    assert client.get_workflow(workflow_id) is None
+    # An action's outputs: the step fails instead of storing null.
+    steps = [{"step_id": "a", "action": "not_finite", "inputs": {"value": "inf"}, "max_retries": 0}]
+    doc = client.wait_for_workflow(client.start_workflow({"steps": steps}), timeout=30)
+    step = doc["steps"]["a"]
+    assert step["status"] == "failed"
+    assert "outputs of action 'not_finite' contains a number that is not finite" in step["error"]
+    assert not step["outputs"]
 
 
 def test_unknown_sessions_and_workflows(client: AgentClient) -> None:

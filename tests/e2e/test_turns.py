@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 import redis
+from sqlalchemy import func, select
 
 from config import Settings
 from state.sessions.snapshot import SessionChange
+from state.storage.tables import workflows
 from tasks.app import make_app
 from tasks.client import AgentClient
 from tests.support import Workers, uid
@@ -217,3 +219,26 @@ def test_another_users_message_is_refused(client: AgentClient) -> None:
         client.send_message(session_id, "let me in", user_id="intruder-1")
     doc = client.wait_for_idle(session_id, timeout=30)
     assert all("let me in" not in m["content"] for m in doc["message_history"])
+
+
+def test_hostile_messages_cost_a_turn_each_and_store_little(client: AgentClient) -> None:
+    # Review findings, through real workers: a 64 KiB run of digits held a worker for
+    # minutes; 40 KB of sums planned a 9,999-step workflow; 60 KB facts piled up in the
+    # user's state.
+    session_id, user = uid("s"), uid("u")
+    for text in ("1" * 65536, "( " * 32766 + "1", "remember that a" + " " * 65518 + "x"):
+        client.send_message(session_id, text, user_id=user)
+    client.send_message(session_id, "1+1 " * 9999, user_id=user)
+    for _ in range(3):
+        client.send_message(session_id, "remember that " + "w" * 60_000, user_id=user)
+    doc = client.wait_for_idle(session_id, timeout=60)
+    replies = [m["content"] for m in doc["message_history"][1::2]]
+    assert len(replies) == 7
+    assert [r.startswith("You said:") for r in replies[:2]] == [True, True]
+    assert "at most 20 expressions" in replies[3]
+    for refused in (2, 4, 5, 6):
+        assert replies[refused].startswith("Sorry, I can't remember that")
+    with client.backend.engine.connect() as conn:
+        count = select(func.count()).select_from(workflows)
+        assert conn.execute(count.where(workflows.c.session_id == session_id)).scalar_one() == 0
+    assert client.load_user_state(user).get("memories", []) == []

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
+import sys
+
 import pytest
 
-from state.calculator import MAX_MAGNITUDE, evaluate, format_number
+from state import calculator
+from state.calculator import MAX_MAGNITUDE, MAX_NESTING, evaluate, format_number
 from state.errors import AgentStateError, CalculationError
 
 
@@ -172,3 +177,71 @@ def test_magnitude_limit_is_inclusive() -> None:
 )
 def test_format_number(value: float, expected: str) -> None:
     assert format_number(value) == expected
+
+
+# --- hostile expressions: refused with a CalculationError, at once, without recursion ---
+
+
+@pytest.mark.parametrize(
+    ("expression", "names", "match"),
+    [
+        ("-" * 998 + "1", None, "nested more than 100 levels"),
+        ("-" * MAX_NESTING + "1", None, "nested more than 100 levels"),
+        ("1**" * 150 + "1", None, "nested more than 100 levels"),
+        ("1-(" * 120 + "1" + ")" * 120, None, "nested more than 100 levels"),
+        ("1e999**0", None, "a number in the expression is not finite"),
+        ("1e999*0", None, "not finite"),
+        ("0*-1e400", None, "not finite"),
+        ("1e999-1e999", None, "not finite"),
+        # A huge literal is refused before any arithmetic makes it huger.
+        ("9" * 990 + "**999", None, "a number in the expression is too large"),
+        ("(1" + "0" * 100 + ")%7", None, "a number in the expression is too large"),
+        ("9**999*9**999", None, "too large"),
+        ("10**1000", None, "too large"),
+        ("(2**62)**1000", None, "too large"),
+        ("a*1", {"a": float("nan")}, "the value of 'a' is not finite"),
+        ("a*0", {"a": float("inf")}, "the value of 'a' is not finite"),
+        ("a%7", {"a": 10**30}, "the value of 'a' is too large"),
+        ("a+1", {"a": True}, "the value of 'a' is not a real number"),
+        ("a+1", {"a": "x"}, "the value of 'a' is not a real number"),
+    ],
+)
+def test_hostile_expressions_are_refused(
+    expression: str, names: dict[str, object] | None, match: str
+) -> None:
+    with pytest.raises(CalculationError, match=match):
+        evaluate(expression, names)  # type: ignore[arg-type]
+
+
+def test_nesting_up_to_the_limit_is_fine() -> None:
+    assert MAX_NESTING == 100
+    assert evaluate("-" * (MAX_NESTING - 1) + "1") == -1
+    assert evaluate("1+(" * 99 + "1" + ")" * 99) == 100
+    with pytest.raises(CalculationError, match="nested"):
+        evaluate("1+(" * 100 + "1" + ")" * 100)
+    assert evaluate("1+" * 499 + "1") == 500  # long, not nested
+    assert evaluate("((((((1))))))") == 1  # parentheses alone nest nothing
+
+
+def test_a_deep_stack_gets_a_calculation_error_not_a_recursion_error() -> None:
+    # A worker calls the calculator some frames deep; a parser or evaluator running out
+    # of stack must still answer with one CalculationError.
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack()) + 40)
+    try:
+        with pytest.raises(CalculationError, match="nested"):
+            evaluate("-" * 900 + "1")
+        with pytest.raises(CalculationError, match="nested"):
+            evaluate("1+" * 499 + "1")
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def test_checking_and_evaluating_a_tree_use_no_recursion() -> None:
+    # Deeper than the recursion limit: only iteration gets through it. (Texts cannot
+    # build such trees, being at most 1000 characters; this proves the method.)
+    depth = sys.getrecursionlimit() * 5
+    tree: ast.expr = ast.Constant(1)
+    for _ in range(depth):
+        tree = ast.BinOp(left=tree, op=ast.Add(), right=ast.Constant(1))
+    assert calculator._run(calculator._program(tree), {}) == depth + 1

@@ -46,6 +46,10 @@ def test_defaults(clean_env: pytest.MonkeyPatch) -> None:
     assert isinstance(s.stuck_after, float)
     assert s.hop_policy == HopPolicy.EVERY_PHASE
     assert s.hop_policy.value == "every_phase"
+    assert s.max_calculations_per_message == 20
+    assert s.max_reply_bytes == 16384
+    assert s.max_facts == 100
+    assert s.max_fact_bytes == 2048
 
 
 def test_get_settings_is_cached(clean_env: pytest.MonkeyPatch) -> None:
@@ -87,6 +91,10 @@ EVERY_VARIABLE: dict[str, tuple[str, str, Any]] = {
     "AGENTSTATE_MAX_MESSAGE_BYTES": ("1024", "max_message_bytes", 1024),
     "AGENTSTATE_STUCK_AFTER": ("2.5", "stuck_after", 2.5),
     "AGENTSTATE_HOP_POLICY": ("inline", "hop_policy", HopPolicy.INLINE),
+    "AGENTSTATE_MAX_CALCULATIONS_PER_MESSAGE": ("5", "max_calculations_per_message", 5),
+    "AGENTSTATE_MAX_REPLY_BYTES": ("4096", "max_reply_bytes", 4096),
+    "AGENTSTATE_MAX_FACTS": ("10", "max_facts", 10),
+    "AGENTSTATE_MAX_FACT_BYTES": ("512", "max_fact_bytes", 512),
 }
 
 
@@ -140,6 +148,10 @@ def test_action_module_list_splits_commas(
         ("AGENTSTATE_HOP_POLICY", "sometimes"),
         ("AGENTSTATE_HOP_POLICY", "INLINE!"),
         ("AGENTSTATE_AGENT", "   "),
+        ("AGENTSTATE_MAX_CALCULATIONS_PER_MESSAGE", "0"),
+        ("AGENTSTATE_MAX_REPLY_BYTES", "10"),  # no room for a sentence and an ellipsis
+        ("AGENTSTATE_MAX_FACTS", "0"),
+        ("AGENTSTATE_MAX_FACT_BYTES", "0"),
     ],
 )
 def test_invalid_values_are_refused(clean_env: pytest.MonkeyPatch, name: str, value: str) -> None:
