@@ -37,11 +37,15 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     BrokerError,
 )
 
+# Malformed broker messages are refused before Celery unpacks them (tasks/guard.py).
+GUARD_STRATEGY = "tasks.guard:strategy"
+
 TASK_OPTIONS: dict[str, Any] = {
     "bind": True,
     "acks_late": True,
     "reject_on_worker_lost": True,
     "max_retries": MAX_TASK_RETRIES,
+    "Strategy": GUARD_STRATEGY,
 }
 
 
