@@ -168,7 +168,7 @@ def test_forged_messages_are_refused_and_the_workers_keep_serving(
     for case in CASES:
         _publish(worker_settings, case, ids[case.label])
 
-    # Published after the forged ones, so it is served only once they were all handled.
+    # Published after the forged ones: a worker reaches it only past forged messages.
     session_id = uid("s")
     client.send_message(session_id, "what is 6*7?", user_id=uid("u"))
     reply = client.wait_for_idle(session_id, timeout=60)["message_history"][-1]
