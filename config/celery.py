@@ -39,6 +39,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_send_task_events": settings.task_events,
         "task_send_sent_event": False,
         "task_default_queue": settings.queue,
+        # Malformed messages are refused on one log line instead of stopping the worker.
+        "worker_consumer": "tasks.guard:Consumer",
         "imports": [
             *TASK_MODULES,
             *(BASELINE_MODULES if settings.baseline_tasks else []),

@@ -35,6 +35,10 @@ class SessionOwnershipError(BadInputError):
     """The session belongs to another user."""
 
 
+class MalformedTaskMessageError(BadInputError):
+    """A broker message is not a well-formed task message; it is refused, never run."""
+
+
 class InvalidTransitionError(AgentStateError):
     """The trigger is not allowed from the machine's current state."""
 

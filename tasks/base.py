@@ -8,6 +8,10 @@ Celery ``Task`` attributes set here (see Celery's "Task options"):
   expects, so the repeat changes nothing twice.
 - ``reject_on_worker_lost = True``: a task whose worker process was killed goes back to
   the queue instead of being acknowledged as failed.
+- ``Strategy``: how the worker turns a broker message into a task request. Ours
+  (``tasks.guard.strategy``) refuses a malformed message (wrong body shape, wrong
+  argument types, bad ids) on one log line, without requeue, instead of letting Celery
+  crash the worker on it; a good message goes on to Celery's default strategy.
 - ``max_retries``: how often a task retries Redis, the database or the broker not
   answering (or a lock staying busy), with jittered exponential backoff whose base is
   AGENTSTATE_RETRY_BACKOFF. Logic never retries itself: a duplicate or stale delivery
@@ -28,6 +32,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from config import get_settings, redact_url
 from state.errors import ServiceUnavailableError, StaleStateError, StateLockAcquisitionError
 from state.workflows.engine import retry_delay_s
+from tasks.guard import GUARD_STRATEGY
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +57,7 @@ class AgentStateTask(Task):  # type: ignore[misc]
     """Base of every ``agentstate.*`` task (see the module docstring)."""
 
     abstract = True
+    Strategy = GUARD_STRATEGY
     acks_late = True
     reject_on_worker_lost = True
     max_retries = MAX_TASK_RETRIES

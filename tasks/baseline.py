@@ -12,16 +12,17 @@ from typing import Any
 
 from state.storage import keys
 from tasks.app import app
+from tasks.guard import GUARD_STRATEGY
 
 
-@app.task(name="agentstate.baseline.noop", bind=True, acks_late=True)
+@app.task(name="agentstate.baseline.noop", bind=True, acks_late=True, Strategy=GUARD_STRATEGY)
 def noop(self: Any, counter: str | None = None) -> None:
     """Do nothing; count completions in Redis if a counter is named."""
     if counter:
         _redis().incr(keys.baseline_counter(counter))
 
 
-@app.task(name="agentstate.baseline.hop", bind=True, acks_late=True)
+@app.task(name="agentstate.baseline.hop", bind=True, acks_late=True, Strategy=GUARD_STRATEGY)
 def hop(self: Any, remaining: int, counter: str | None = None) -> None:
     """One hop of a bare chain: enqueue the next hop until none remain."""
     if remaining > 1:
@@ -30,7 +31,7 @@ def hop(self: Any, remaining: int, counter: str | None = None) -> None:
         _redis().incr(keys.baseline_counter(counter))
 
 
-@app.task(name="agentstate.baseline.stamp", bind=True, acks_late=True)
+@app.task(name="agentstate.baseline.stamp", bind=True, acks_late=True, Strategy=GUARD_STRATEGY)
 def stamp(self: Any, counter: str) -> None:
     """Record when this task ran (the last hop of a latency probe)."""
     _redis().set(keys.baseline_counter(counter), repr(time.time()), ex=3600)
