@@ -7,6 +7,24 @@ what changed and the FSM trigger to fire. Handlers do not write anything themsel
 the engine commits their result together with the phase's revision bump, so a duplicate
 delivery can never apply it twice. A handler decorated with :func:`quick` promises to
 finish in milliseconds, which lets the ``inline`` hop policy run it without a broker hop.
+
+A whole agent, as small as it gets (the phases it leaves out fire their default
+trigger, see :data:`DEFAULT_TRIGGERS`)::
+
+    # shout_agent.py, run with AGENTSTATE_AGENT=shout_agent
+    from state.agent import PhaseContext, PhaseResult, quick
+
+    @quick
+    def generating(ctx: PhaseContext) -> PhaseResult:
+        return PhaseResult("response_sent", reply=ctx.message.upper())
+
+The triggers each phase may fire are the FSM table (``state.machine.TRANSITIONS``):
+understanding -> ``intent_clear`` | ``need_clarification``; planning -> ``plan_ready``;
+retrieving -> ``context_ready``; executing -> ``tools_complete`` (or None with a
+``workflow`` to wait for); evaluating -> ``result_good`` | ``retry_needed``;
+generating -> ``response_sent``; any phase -> ``error_occurred``. A handler that raises
+ends the turn with an apology (the cause is kept in ``metadata.last_error``); so does a
+trigger the table does not allow from the phase.
 """
 
 from __future__ import annotations
@@ -34,7 +52,28 @@ DEFAULT_TRIGGERS: dict[str, str] = {
 
 @dataclass
 class PhaseContext:
-    """What a handler may read; reading history or user state is lazy and cheap."""
+    """What a handler may read about the turn it works on.
+
+    Reading the history or the user's state is lazy: nothing is fetched unless the
+    handler asks. Mutating these values changes nothing stored; return a PhaseResult.
+
+    Attributes:
+        session_id, user_id: whose conversation this is.
+        phase: the phase this handler runs in (``planning``, ...).
+        message, message_id: the user message the turn answers.
+        context: the turn's scratch space (``context_window``), as earlier phases left it.
+        tool_results, pending_actions: as earlier phases set them.
+        metadata: the session's metadata (``turn`` holds this turn's path through the FSM).
+        workflow: in ``executing``, the finished workflow this turn waited for, if any.
+        attempt: 1, then 2, 3 after ``retry_needed`` sent the turn back to executing.
+
+    Example::
+
+        def retrieving(ctx: PhaseContext) -> PhaseResult:
+            last = ctx.recent_messages(4)
+            facts = ctx.user_state().get("memories", [])
+            return PhaseResult("context_ready", context={"recent": last, "facts": facts})
+    """
 
     session_id: str
     user_id: str
@@ -51,17 +90,50 @@ class PhaseContext:
     user_state_reader: Callable[[], Document] | None = None
 
     def recent_messages(self, count: int = 10) -> list[Document]:
-        """The last ``count`` history items, oldest first (one indexed query)."""
+        """The last history items of the session (one indexed query).
+
+        Args:
+            count: how many items, at most.
+
+        Returns:
+            ``{role, content, timestamp, metadata}`` items, oldest first.
+        """
         return self.history_reader(count) if self.history_reader else []
 
     def user_state(self) -> Document:
-        """The user's persistent state (layer 3)."""
+        """The user's persistent state (layer 3), migrated to the current schema.
+
+        Returns:
+            The state document ({} for a user with none). Change it through
+            ``PhaseResult.user_state``, never by mutating this copy.
+        """
         return self.user_state_reader() if self.user_state_reader else {}
 
 
 @dataclass
 class PhaseResult:
-    """What a handler changed, and the trigger to fire (None: wait for ``workflow``)."""
+    """What a handler changed, and the trigger to fire.
+
+    The engine commits all of it with the phase's revision bump, in one transaction.
+
+    Attributes:
+        trigger: the FSM trigger to fire (see the module docstring); None only from
+            ``executing`` together with ``workflow``, to wait for that workflow.
+        reply: the assistant's answer, used when the turn ends (idle) or asks for a
+            clarification; a turn that ends without one gets a placeholder.
+        context: keys merged into the turn's ``context_window``.
+        tool_results, pending_actions, active_tools: replace the stored lists when given.
+        metadata: keys merged into the session's metadata.
+        user_state: a function from the user's persistent state to its new value, run
+            inside the commit's transaction with the row locked (no lost updates).
+        workflow: a workflow spec to start, in the same transaction (see README).
+
+    Example::
+
+        @quick
+        def planning(ctx: PhaseContext) -> PhaseResult:
+            return PhaseResult("plan_ready", pending_actions=[{"tool": "search"}])
+    """
 
     trigger: str | None
     reply: str | None = None
@@ -75,7 +147,14 @@ class PhaseResult:
 
 
 class PhaseHandler(Protocol):
-    """One phase of an agent."""
+    """One phase of an agent: a function named after its phase.
+
+    Args:
+        ctx: what the handler may read (:class:`PhaseContext`).
+
+    Returns:
+        A :class:`PhaseResult`. Raising ends the turn with an apology, once.
+    """
 
     def __call__(self, ctx: PhaseContext) -> PhaseResult: ...
 
@@ -84,7 +163,24 @@ H = TypeVar("H", bound=Callable[..., Any])
 
 
 def quick(handler: H) -> H:
-    """Declare that ``handler`` finishes in milliseconds (no I/O that may stall)."""
+    """Declare that ``handler`` finishes in milliseconds (no I/O that may stall).
+
+    Under ``AGENTSTATE_HOP_POLICY=inline`` a quick phase runs in the same worker right
+    after the phase before it (still one durable checkpoint per phase); its lock is not
+    renewed while it runs, so it must really be quick.
+
+    Args:
+        handler: a phase handler.
+
+    Returns:
+        The same handler, marked.
+
+    Example::
+
+        @quick
+        def evaluating(ctx: PhaseContext) -> PhaseResult:
+            return PhaseResult("result_good")
+    """
     handler.quick = True  # type: ignore[attr-defined]
     return handler
 

@@ -198,7 +198,14 @@ def destination(state: str, trigger: str) -> str | None:
 
 
 def mermaid_diagram() -> str:
-    """The live transition table as a Mermaid state diagram."""
+    """The live transition table as a Mermaid state diagram.
+
+    Measured against ``transitions``' own Mermaid support (``GraphMachine`` with
+    ``graph_engine="mermaid"``): it draws the same 30 edges plus the two self-loops the
+    ``*`` rows imply (error -> error, timeout -> timeout), 65 lines with styling and no
+    initial marker, against 32 lines here. The same states and edges, but noisier and
+    with loops no turn takes, so this short generator stays.
+    """
     lines = ["stateDiagram-v2", "    [*] --> idle"]
     for row in TRANSITIONS:
         sources = row["source"]

@@ -28,7 +28,35 @@ _imported_modules: set[str] = set()
 
 
 def action(name: str) -> Callable[[ActionFn], ActionFn]:
-    """Register the decorated function as the workflow action ``name``."""
+    """Register the decorated function as the workflow action ``name``.
+
+    The function is called as ``fn(inputs, deps, context)`` once per attempt of a step
+    that names it:
+
+    - ``inputs``: the step's ``inputs`` from the spec;
+    - ``deps``: the outputs of the step's dependencies, by step id;
+    - ``context``: the workflow's shared ``context``.
+
+    It returns a JSON object (the step's ``outputs``). A raised exception is retried
+    with exponential backoff up to the step's ``max_retries`` (default 3), then the
+    step fails and its dependents are skipped. The step's state changes apply exactly
+    once; an external side effect may repeat if a worker dies mid-step, so pass a key
+    the external system deduplicates on.
+
+    Args:
+        name: the name specs use in ``"action"``; one function per name.
+
+    Returns:
+        A decorator that registers the function and returns it unchanged.
+
+    Example::
+
+        from tasks.actions import action
+
+        @action("reverse")
+        def reverse(inputs, deps, context):
+            return {"text": inputs["text"][::-1]}
+    """
     if not isinstance(name, str) or not name:
         raise ActionRegistrationError("an action needs a non-empty name")
 

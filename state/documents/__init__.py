@@ -1,1 +1,1 @@
-"""documents"""
+"""Stored JSON documents: the codec, quarantine, bulk migration."""

@@ -1,1 +1,1 @@
-"""recovery"""
+"""The recovery sweep: finding and resuming work whose task was lost."""

@@ -1,1 +1,2 @@
-"""storage"""
+"""Connections and rows: database engines and schema, tables, Redis clients and scripts,
+the cache, Redis keys, prepared statements."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, select, update
 
 from state.clock import utcnow
 from state.documents import codec
@@ -101,8 +101,3 @@ def mutate(
         # Cannot happen under the row lock on Postgres; SQLite serializes writers.
         return new_doc, upsert(conn, user_id, new_doc)
     return new_doc, row[1] + 1
-
-
-def insert_raw(conn: Connection, user_id: str, raw_json: str) -> None:
-    """Insert a row as an old deployment would (tests and imports)."""
-    conn.execute(insert(user_state).values(user_id=user_id, state=raw_json, updated_at=utcnow()))

@@ -1,1 +1,1 @@
-"""workflows"""
+"""Layer 2 running: the workflow engine and its stores."""

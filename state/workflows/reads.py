@@ -1,0 +1,161 @@
+"""Reads of workflows and steps: what a step needs to run, what a redelivered task left
+to do, and the workflow as a document. The writes are in ``state.workflows.store``."""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+
+from sqlalchemy import Connection, Engine, select
+
+from state.clock import iso
+from state.documents import codec
+from state.documents.codec import Document
+from state.storage.db import read_connection
+from state.storage.tables import steps, workflows
+from state.workflow import WorkflowStatus, WorkflowStepStatus
+from state.workflows.records import (
+    Completion,
+    Dispatch,
+    Finished,
+    Leftover,
+    claimed_from_row,
+    step_document,
+)
+
+CONTEXT_CACHE_SIZE = 256
+CLAIM_COLUMNS = (
+    steps.c.action,
+    steps.c.inputs,
+    steps.c.dependencies,
+    steps.c.retry_count,
+    steps.c.max_retries,
+)
+
+
+class WorkflowReads:
+    """Reads of one database's workflows (the base of WorkflowStore)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._contexts: OrderedDict[str, Document] = OrderedDict()
+
+    def leftover(self, workflow_id: str, step_id: str, task_id: str) -> Leftover | None:
+        """What an earlier delivery of ``task_id`` committed but may not have followed up
+        (its commit landed, its acknowledgement did not); None if it was not ours."""
+        with read_connection(self.engine) as conn:
+            row = conn.execute(
+                select(
+                    steps.c.status,
+                    steps.c.revision,
+                    steps.c.last_task_id,
+                    steps.c.dependents,
+                    steps.c.lease_expires_at,
+                    *CLAIM_COLUMNS,
+                ).where(steps.c.workflow_id == workflow_id, steps.c.step_id == step_id)
+            ).first()
+            if row is None or row.last_task_id != task_id:
+                return None
+            if row.status == WorkflowStepStatus.RUNNING:
+                if (row.lease_expires_at or 0.0) > time.time():
+                    return None  # the first delivery may still be running it: leave it be
+
+                return Leftover(
+                    claimed=claimed_from_row(workflow_id, step_id, int(row.revision), row)
+                )
+            if row.status == WorkflowStepStatus.RETRYING:
+                return Leftover(retry_revision=int(row.revision))
+            ready = self._ready_among(conn, workflow_id, codec.loads(row.dependents))
+            finished = self._finished(conn, workflow_id)
+        return Leftover(completion=Completion(workflow_id, ready, finished))
+
+    def _ready_among(
+        self, conn: Connection, workflow_id: str, candidates: list[str]
+    ) -> list[Dispatch]:
+        if not candidates:
+            return []
+        rows = conn.execute(
+            select(steps.c.step_id, steps.c.revision).where(
+                steps.c.workflow_id == workflow_id,
+                steps.c.step_id.in_(candidates),
+                steps.c.status == WorkflowStepStatus.PENDING,
+                steps.c.remaining_deps == 0,
+            )
+        )
+        return [(r[0], int(r[1])) for r in rows]
+
+    def _finished(self, conn: Connection, workflow_id: str) -> Finished | None:
+        row = conn.execute(
+            select(workflows.c.status, workflows.c.session_id, workflows.c.resume_revision).where(
+                workflows.c.workflow_id == workflow_id
+            )
+        ).one()
+        if row.status not in WorkflowStatus.finished():
+            return None
+        return Finished(workflow_id, row.status, row.session_id, row.resume_revision)
+
+    def dependency_outputs(self, workflow_id: str, dependencies: list[str]) -> Document:
+        """Outputs of the given steps, by step id."""
+        if not dependencies:
+            return {}
+        with read_connection(self.engine) as conn:
+            rows = conn.execute(
+                select(steps.c.step_id, steps.c.outputs).where(
+                    steps.c.workflow_id == workflow_id, steps.c.step_id.in_(dependencies)
+                )
+            )
+            return {r[0]: codec.loads(r[1]) for r in rows}
+
+    def context(self, workflow_id: str) -> Document:
+        """The workflow's shared context (immutable, so cached per process)."""
+        cached = self._contexts.get(workflow_id)
+        if cached is None:
+            with read_connection(self.engine) as conn:
+                raw = conn.execute(
+                    select(workflows.c.context).where(workflows.c.workflow_id == workflow_id)
+                ).scalar_one()
+            cached = codec.loads(raw)
+            self._contexts[workflow_id] = cached
+            if len(self._contexts) > CONTEXT_CACHE_SIZE:
+                self._contexts.popitem(last=False)
+        return dict(cached)
+
+    def status(self, workflow_id: str) -> str | None:
+        """The workflow's status (running, success, failed), or None if unknown."""
+        with read_connection(self.engine) as conn:
+            status = conn.execute(
+                select(workflows.c.status).where(workflows.c.workflow_id == workflow_id)
+            ).scalar()
+        return None if status is None else str(status)
+
+    def exists(self, workflow_id: str) -> bool:
+        """Whether a workflow with this id was stored."""
+        with read_connection(self.engine) as conn:
+            return (
+                conn.execute(
+                    select(workflows.c.workflow_id).where(workflows.c.workflow_id == workflow_id)
+                ).first()
+                is not None
+            )
+
+    def document(self, workflow_id: str) -> Document | None:
+        """The workflow as a JSON-ready dict (status, counts, steps by id)."""
+        with read_connection(self.engine) as conn:
+            wf = conn.execute(
+                select(workflows).where(workflows.c.workflow_id == workflow_id)
+            ).first()
+            if wf is None:
+                return None
+            rows = conn.execute(select(steps).where(steps.c.workflow_id == workflow_id)).all()
+        return {
+            "workflow_id": wf.workflow_id,
+            "session_id": wf.session_id,
+            "status": wf.status,
+            "context": codec.loads(wf.context),
+            "total_steps": wf.total_steps,
+            "remaining_steps": wf.remaining_steps,
+            "failed_steps": wf.failed_steps,
+            "created_at": iso(wf.created_at),
+            "finished_at": iso(wf.finished_at),
+            "steps": {row.step_id: step_document(row) for row in rows},
+        }
