@@ -31,6 +31,19 @@ class NotFoundError(BadInputError):
     """The session, workflow or user named does not exist."""
 
 
+class IdempotencyConflictError(BadInputError):
+    """The idempotency key (or workflow id) was used before for a different request."""
+
+
+class WorkflowIdConflictError(IdempotencyConflictError, WorkflowSpecError):
+    """A workflow with this id already exists, started from another spec."""
+
+
+class RunStateError(BadInputError):
+    """The run cannot be controlled that way now (cancel a finished workflow, retry a
+    successful one); nothing was changed."""
+
+
 class SessionOwnershipError(BadInputError):
     """The session belongs to another user."""
 
@@ -78,6 +91,10 @@ class UnknownActionError(WorkflowSpecError):
 
 class CalculationError(AgentStateError):
     """An expression is not safe arithmetic, or has no finite value in range."""
+
+
+class StepTimeoutError(AgentStateError):
+    """A workflow step ran longer than its ``timeout_s`` (a failed attempt, retried)."""
 
 
 class ActionFailed(AgentStateError):

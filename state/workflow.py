@@ -9,12 +9,15 @@ returns the dependents it made ready in O(its dependents), not a scan over every
 
 from __future__ import annotations
 
+import hashlib
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
+
+import orjson
 
 from state.documents.codec import require_storable
 from state.errors import InvalidIdError, InvalidPayloadError, WorkflowSpecError
@@ -24,6 +27,7 @@ MAX_STEPS = 10_000
 MAX_STEP_NAME_LENGTH = 255
 MAX_NAME_LENGTH = 128
 MAX_RETRIES_LIMIT = 100
+MAX_STEP_SECONDS = 7 * 24 * 3600.0  # timers and timeouts up to a week
 DEFAULT_MAX_RETRIES = 3
 
 
@@ -44,11 +48,12 @@ class WorkflowStatus(StrEnum):
     RUNNING = "running"
     SUCCESS = "success"
     FAILED = "failed"
+    CANCELLED = "cancelled"
 
     @classmethod
     def finished(cls) -> frozenset[WorkflowStatus]:
-        """The statuses of a workflow that will not change again."""
-        return frozenset({cls.SUCCESS, cls.FAILED})
+        """The statuses of a workflow that nothing changes but a retry."""
+        return frozenset({cls.SUCCESS, cls.FAILED, cls.CANCELLED})
 
 
 TERMINAL = frozenset(
@@ -71,6 +76,8 @@ class WorkflowStep:
     started_at: datetime | None = None
     completed_at: datetime | None = None
     action: str = "echo"
+    timeout_s: float | None = None
+    not_before_s: float | None = None
     dependents: list[str] = field(default_factory=list)
     remaining_deps: int = 0
 
@@ -89,6 +96,7 @@ class WorkflowState:
     steps: dict[str, WorkflowStep]
     current_step: str | None = None
     context: dict[str, Any] = field(default_factory=dict)
+    spec_hash: str | None = None  # the spec's fingerprint, when it came from one
 
     def __post_init__(self) -> None:
         self._link()
@@ -217,6 +225,7 @@ def parse_spec(
         session_id=_optional_id(spec, "session_id"),
         steps=steps,
         context=context,
+        spec_hash=spec_fingerprint(spec),
     )
 
 
@@ -270,6 +279,8 @@ def _parse_step(raw: object, index: int, actions: set[str] | None) -> WorkflowSt
         outputs={},
         max_retries=_parse_max_retries(raw.get("max_retries", DEFAULT_MAX_RETRIES), where),
         action=action,
+        timeout_s=_parse_seconds(raw.get("timeout_s"), "timeout_s", where, minimum=0.001),
+        not_before_s=_parse_seconds(raw.get("not_before_s"), "not_before_s", where, minimum=0.0),
     )
 
 
@@ -287,6 +298,23 @@ def _parse_max_retries(value: object, where: str) -> int:
     if not 0 <= value <= MAX_RETRIES_LIMIT:
         raise WorkflowSpecError(f"{where}: 'max_retries' must be 0-{MAX_RETRIES_LIMIT}")
     return value
+
+
+def _parse_seconds(value: object, key: str, where: str, *, minimum: float) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise WorkflowSpecError(f"{where}: {key!r} must be a number of seconds")
+    if not minimum <= value <= MAX_STEP_SECONDS:
+        raise WorkflowSpecError(f"{where}: {key!r} must be {minimum:g}-{MAX_STEP_SECONDS:g}")
+    return float(value)
+
+
+def spec_fingerprint(spec: dict[str, Any]) -> str:
+    """A hash of the spec's meaning (key order and spacing do not matter): a repeated
+    start of one workflow id is the same request only if this is the same."""
+    canonical = orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(canonical).hexdigest()
 
 
 def _check_dependencies(steps: dict[str, WorkflowStep]) -> None:

@@ -4,9 +4,10 @@ arrival order."""
 from __future__ import annotations
 
 from sqlalchemy import Connection, Engine, Select, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
 from state.clock import as_utc, utcnow
-from state.errors import SessionOwnershipError
+from state.errors import IdempotencyConflictError, SessionOwnershipError
 from state.ids import new_id
 from state.machine import RESTING_PHASES
 from state.sessions.rows import insert_session
@@ -21,36 +22,61 @@ class Inbox:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def accept(self, session_id: str, user_id: str, text: str) -> InboxItem:
-        """Store a user message durably, creating the session for ``user_id`` if new."""
-        message_id = new_id("msg")
-        now = utcnow()
-        with self.engine.begin() as conn:
-            insert_session(conn, session_id, user_id)
-            # Taking the row lock here orders inbox sequence numbers by commit, so a
-            # turn never starts a later message while an earlier one is uncommitted.
-            owner, seq, phase, revision = conn.execute(
-                update(sessions)
-                .where(sessions.c.session_id == session_id)
-                .values(inbox_seq=sessions.c.inbox_seq + 1)
-                .returning(
-                    sessions.c.user_id, sessions.c.inbox_seq, sessions.c.phase, sessions.c.revision
-                )
-            ).one()
-            if owner != user_id:
-                raise SessionOwnershipError(
-                    f"session {session_id} belongs to another user; use your own session id"
-                )
-            conn.execute(
-                insert(inbox).values(
-                    message_id=message_id,
-                    session_id=session_id,
-                    seq=seq,
-                    text=text,
-                    state=InboxState.QUEUED,
-                    created_at=now,
-                )
+    def accept(
+        self, session_id: str, user_id: str, text: str, idempotency_key: str | None = None
+    ) -> InboxItem:
+        """Store a user message durably, creating the session for ``user_id`` if new.
+
+        With an ``idempotency_key``, a message already accepted under that key for this
+        session is returned instead (``needs_kick`` False: its turn is already owed);
+        the same key with other text raises IdempotencyConflictError. The session row
+        lock orders racing callers, and a unique index backs it up.
+        """
+        try:
+            with self.engine.begin() as conn:
+                return self._accept(conn, session_id, user_id, text, idempotency_key)
+        except IntegrityError:
+            if idempotency_key is None:
+                raise
+            with self.engine.begin() as conn:
+                found = _by_key(conn, session_id, idempotency_key, text)
+            if found is None:
+                raise
+            return found
+
+    def _accept(
+        self, conn: Connection, session_id: str, user_id: str, text: str, key: str | None
+    ) -> InboxItem:
+        insert_session(conn, session_id, user_id)
+        # Taking the row lock here orders inbox sequence numbers by commit, so a turn
+        # never starts a later message while an earlier one is uncommitted.
+        owner, seq, phase, revision = conn.execute(
+            update(sessions)
+            .where(sessions.c.session_id == session_id)
+            .values(inbox_seq=sessions.c.inbox_seq + 1)
+            .returning(
+                sessions.c.user_id, sessions.c.inbox_seq, sessions.c.phase, sessions.c.revision
             )
+        ).one()
+        if owner != user_id:
+            raise SessionOwnershipError(
+                f"session {session_id} belongs to another user; use your own session id"
+            )
+        found = None if key is None else _by_key(conn, session_id, key, text)
+        if found is not None:
+            return found
+        message_id, now = new_id("msg"), utcnow()
+        conn.execute(
+            insert(inbox).values(
+                message_id=message_id,
+                session_id=session_id,
+                seq=seq,
+                text=text,
+                state=InboxState.QUEUED,
+                created_at=now,
+                idempotency_key=key,
+            )
+        )
         needs_kick = phase in RESTING_PHASES
         return InboxItem(
             message_id, session_id, int(seq), text, InboxState.QUEUED, now, needs_kick, revision
@@ -94,6 +120,23 @@ def _queued_count(session_id: str) -> Select[int]:
         select(func.count())
         .select_from(inbox)
         .where(inbox.c.session_id == session_id, inbox.c.state == InboxState.QUEUED)
+    )
+
+
+def _by_key(conn: Connection, session_id: str, key: str, text: str) -> InboxItem | None:
+    """The message accepted earlier under ``key``, if any (same text, or a conflict)."""
+    row = conn.execute(
+        select(inbox).where(inbox.c.session_id == session_id, inbox.c.idempotency_key == key)
+    ).first()
+    if row is None:
+        return None
+    if row.text != text:
+        raise IdempotencyConflictError(
+            f"idempotency key {key!r} was used for another message on session {session_id}"
+        )
+    state = InboxState(row.state)
+    return InboxItem(
+        row.message_id, session_id, row.seq, row.text, state, as_utc(row.created_at), False
     )
 
 

@@ -100,7 +100,13 @@ class SessionRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
-    __table_args__ = (Index("ix_sessions_phase_updated", "phase", "updated_at"),)
+    __table_args__ = (
+        Index("ix_sessions_phase_updated", "phase", "updated_at"),
+        # list_sessions pages newest first, optionally by user or phase.
+        Index("ix_sessions_created", "created_at", "session_id"),
+        Index("ix_sessions_user_created", "user_id", "created_at", "session_id"),
+        Index("ix_sessions_phase_created", "phase", "created_at", "session_id"),
+    )
 
 
 class MessageRow(Base):
@@ -130,10 +136,13 @@ class InboxRow(Base):
     text: Mapped[str] = mapped_column(Text, nullable=False)
     state: Mapped[str] = mapped_column(String(16), nullable=False, server_default="queued")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    # The caller's key for this message: the database refuses a second one per session.
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
 
     __table_args__ = (
         UniqueConstraint("session_id", "seq", name="uq_inbox_session_seq"),
         Index("ix_inbox_state_created", "state", "created_at"),
+        Index("uq_inbox_session_key", "session_id", "idempotency_key", unique=True),
     )
 
 
@@ -153,8 +162,17 @@ class WorkflowRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The fingerprint of the spec it was started from: a repeated start with the same
+    # workflow_id is the same request only if the spec is the same.
+    spec_hash: Mapped[str | None] = mapped_column(String(64))
 
-    __table_args__ = (Index("ix_workflows_status", "status"),)
+    __table_args__ = (
+        Index("ix_workflows_status", "status"),
+        # list_workflows pages newest first, optionally by session or status.
+        Index("ix_workflows_created", "created_at", "workflow_id"),
+        Index("ix_workflows_session_created", "session_id", "created_at", "workflow_id"),
+        Index("ix_workflows_status_created", "status", "created_at", "workflow_id"),
+    )
 
 
 class StepRow(Base):
@@ -173,6 +191,12 @@ class StepRow(Base):
     dependents: Mapped[str] = mapped_column(JSONText, nullable=False)
     remaining_deps: Mapped[int] = mapped_column(Integer, nullable=False)
     retry_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    # A run longer than timeout_s is a failed attempt; deadline_at is the current run's.
+    timeout_s: Mapped[float | None] = mapped_column(Float)
+    deadline_at: Mapped[float | None] = mapped_column(Float)
+    # A durable timer: runnable not before ready_at (= when it became ready + not_before_s).
+    not_before_s: Mapped[float | None] = mapped_column(Float)
+    ready_at: Mapped[float | None] = mapped_column(Float)
     max_retries: Mapped[int] = mapped_column(Integer, nullable=False)
     revision: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     recoveries: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from functools import partial
+
+from sqlalchemy.exc import IntegrityError
 
 from config import Settings
 from state.dispatch import Dispatcher
 from state.documents import codec
 from state.documents.codec import Document
-from state.errors import InvalidPayloadError, StaleStateError, WorkflowSpecError
+from state.errors import (
+    InvalidPayloadError,
+    StaleStateError,
+    WorkflowIdConflictError,
+)
 from state.machine import Phase
 from state.ticker import Ticker
 from state.workflow import WorkflowState, parse_spec
@@ -25,6 +34,11 @@ ActionLookup = Callable[[str], ActionFn | None]
 MAX_BACKOFF_S = 300.0
 
 _heartbeats = Ticker("step-heartbeat")
+
+
+def _key(claimed: ClaimedStep) -> str:
+    """The step's idempotency key: the same for every delivery and retry of it."""
+    return f"{claimed.workflow_id}:{claimed.step_id}"
 
 
 def retry_delay_s(base_s: float, retries_done: int) -> float:
@@ -50,16 +64,43 @@ class WorkflowEngine:
 
     def validate(self, spec: object, known_actions: Iterable[str]) -> WorkflowState:
         """The workflow a spec describes, fully checked; nothing is stored."""
-        wf = parse_spec(spec, known_actions)
-        if self.store.exists(wf.workflow_id):
-            raise WorkflowSpecError(f"workflow {wf.workflow_id!r} already exists")
-        return wf
+        return parse_spec(spec, known_actions)
 
     def start(self, wf: WorkflowState) -> str:
-        """Store a validated workflow and dispatch its roots."""
-        for step_id, revision in self.store.create(wf):
+        """Store a validated workflow and dispatch its roots.
+
+        The workflow id is the idempotency key: starting it again with the same spec
+        returns the id and runs nothing again; with another spec it is refused.
+        """
+        try:
+            roots = self.store.create(wf)
+        except IntegrityError as exc:
+            if self.store.spec_hash(wf.workflow_id) == wf.spec_hash:
+                return wf.workflow_id
+            raise WorkflowIdConflictError(
+                f"workflow {wf.workflow_id!r} already exists with another spec; "
+                "use a new workflow_id"
+            ) from exc
+        for step_id, revision in roots:
             self.dispatcher.step(wf.workflow_id, step_id, revision)
         return wf.workflow_id
+
+    def cancel(self, workflow_id: str) -> bool:
+        """Cancel a running workflow (one guarded commit); False if it was not running."""
+        finished = self.store.cancel_workflow(workflow_id)
+        if finished is None:
+            return False
+        self.follow(Completion(workflow_id, [], finished))
+        return True
+
+    def retry(self, workflow_id: str) -> bool:
+        """Run a failed or cancelled workflow again from where it stopped; False if it
+        was neither."""
+        ready = self.store.retry_workflow(workflow_id)
+        if ready is None:
+            return False
+        self.follow(Completion(workflow_id, ready, None))
+        return True
 
     def run_step(
         self, workflow_id: str, step_id: str, revision: int, task_id: str | None = None
@@ -68,6 +109,8 @@ class WorkflowEngine:
         lease_s = self.settings.stuck_after
         claimed = self.store.claim(workflow_id, step_id, revision, lease_s, task_id)
         if claimed is None:
+            if self._wait_for_timer(workflow_id, step_id, revision):
+                return "waiting"
             left = self.store.leftover(workflow_id, step_id, task_id) if task_id else None
             if left is None:
                 logger.info("step %s/%s@%s: duplicate, dropped", workflow_id, step_id, revision)
@@ -91,6 +134,16 @@ class WorkflowEngine:
         self.follow(self.store.succeed(claimed, outputs))
         return "success"
 
+    def _wait_for_timer(self, workflow_id: str, step_id: str, revision: int) -> bool:
+        # A step with a durable timer: the first delivery starts it and comes back when
+        # it runs out, holding no worker meanwhile. The time is in the database, so a
+        # lost message only delays the step until the sweep sends it again.
+        ready_at = self.store.arm_timer(workflow_id, step_id, revision)
+        if ready_at is None or ready_at <= time.time():
+            return False
+        self.dispatcher.step(workflow_id, step_id, revision, ready_at - time.time())
+        return True
+
     def _finish_leftover(self, workflow_id: str, step_id: str, left: Leftover) -> None:
         if left.retry_revision is not None:
             self.dispatcher.step(workflow_id, step_id, left.retry_revision)
@@ -101,13 +154,18 @@ class WorkflowEngine:
         deps = claimed.dep_outputs
         if deps is None:
             deps = self.store.dependency_outputs(claimed.workflow_id, claimed.dependencies)
-        context = self.store.context(claimed.workflow_id)
+        context = {**self.store.context(claimed.workflow_id), "idempotency_key": _key(claimed)}
         key = f"{claimed.workflow_id}/{claimed.step_id}@{claimed.revision}"
         _heartbeats.register(key, lease_s / 3, lambda: self.store.heartbeat(claimed, lease_s))
+        if claimed.timeout_s is not None:
+            _heartbeats.register(
+                f"{key}:timeout", claimed.timeout_s, partial(self._overran, claimed)
+            )
         try:
             outputs = fn(dict(claimed.inputs), deps, context)
         finally:
             _heartbeats.unregister(key)
+            _heartbeats.unregister(f"{key}:timeout")
         if not isinstance(outputs, dict):
             raise InvalidPayloadError(
                 f"action {claimed.action!r} returned {type(outputs).__name__}, not a JSON object"
@@ -115,6 +173,18 @@ class WorkflowEngine:
         # Unstorable outputs fail the step here, not in the commit.
         codec.require_storable(outputs, f"the outputs of action {claimed.action!r}")
         return outputs
+
+    def _overran(self, claimed: ClaimedStep) -> bool:
+        # Runs on the ticker thread while the action is still running: the attempt
+        # counts as failed now, and the action's late result will find the revision moved.
+        with contextlib.suppress(StaleStateError):  # it finished (or was taken over) in time
+            self.time_out(claimed)
+        return False  # once
+
+    def time_out(self, claimed: ClaimedStep) -> str:
+        """Count a run longer than the step's ``timeout_s`` as a failed attempt."""
+        logger.info("step %s/%s ran past its timeout", claimed.workflow_id, claimed.step_id)
+        return self._fail(claimed, f"timed out after {claimed.timeout_s:g}s", retry=True)
 
     def _fail(self, claimed: ClaimedStep, error: str, *, retry: bool) -> str:
         if retry and claimed.retry_count < claimed.max_retries:

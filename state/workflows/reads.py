@@ -30,6 +30,7 @@ CLAIM_COLUMNS = (
     steps.c.dependencies,
     steps.c.retry_count,
     steps.c.max_retries,
+    steps.c.timeout_s,
 )
 
 
@@ -128,15 +129,13 @@ class WorkflowReads:
             ).scalar()
         return None if status is None else str(status)
 
-    def exists(self, workflow_id: str) -> bool:
-        """Whether a workflow with this id was stored."""
+    def spec_hash(self, workflow_id: str) -> str | None:
+        """The fingerprint of the spec the workflow was started from."""
         with read_connection(self.engine) as conn:
-            return (
-                conn.execute(
-                    select(workflows.c.workflow_id).where(workflows.c.workflow_id == workflow_id)
-                ).first()
-                is not None
-            )
+            found = conn.execute(
+                select(workflows.c.spec_hash).where(workflows.c.workflow_id == workflow_id)
+            ).scalar()
+        return None if found is None else str(found)
 
     def document(self, workflow_id: str) -> Document | None:
         """The workflow as a JSON-ready dict (status, counts, steps by id)."""

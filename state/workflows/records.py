@@ -29,6 +29,7 @@ class ClaimedStep:
     retry_count: int
     max_retries: int
     task_id: str | None = None
+    timeout_s: float | None = None
     dep_outputs: Document | None = None  # read with the claim when the backend can
     dependents: list[str] | None = None
 
@@ -72,6 +73,7 @@ def claimed_from_row(workflow_id: str, step_id: str, revision: int, row: Any) ->
         dependencies=codec.loads(row.dependencies),
         retry_count=int(row.retry_count),
         max_retries=int(row.max_retries),
+        timeout_s=row.timeout_s,
     )
 
 
@@ -90,6 +92,8 @@ def step_row(workflow_id: str, step: Any, now: Any) -> Document:
         "remaining_deps": step.remaining_deps,
         "retry_count": 0,
         "max_retries": step.max_retries,
+        "timeout_s": step.timeout_s,
+        "not_before_s": step.not_before_s,
         "revision": 0,
         "recoveries": 0,
         "updated_at": now,
@@ -108,6 +112,8 @@ def step_document(row: Any) -> Document:
         "dependencies": codec.loads(row.dependencies),
         "retry_count": row.retry_count,
         "max_retries": row.max_retries,
+        "timeout_s": row.timeout_s,
+        "not_before_s": row.not_before_s,
         "error": row.error,
         "started_at": iso(row.started_at),
         "completed_at": iso(row.completed_at),

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, Engine, insert, select, update
+from sqlalchemy import Connection, Engine, func, insert, or_, select, update
 
 from state.clock import utcnow
 from state.documents import codec
@@ -20,6 +20,7 @@ from state.errors import StaleStateError
 from state.storage.db import is_postgres, read_connection
 from state.storage.tables import steps, workflows
 from state.workflow import WorkflowState, WorkflowStatus, WorkflowStepStatus
+from state.workflows import control
 from state.workflows.reads import CLAIM_COLUMNS, WorkflowReads
 from state.workflows.records import (
     ClaimedStep,
@@ -53,6 +54,7 @@ def insert_workflow(
             remaining_steps=len(wf.steps),
             failed_steps=0,
             resume_revision=resume_revision,
+            spec_hash=wf.spec_hash,
             created_at=now,
             updated_at=now,
         )
@@ -94,7 +96,9 @@ class WorkflowStore(WorkflowReads):
         lease_s: float,
         task_id: str | None = None,
     ) -> ClaimedStep | None:
-        """Mark the step running if it is still at ``revision``; None if not (duplicate)."""
+        """Mark the step running if it is still at ``revision`` and runnable now (its
+        timer, if any, has run out); None if not (a duplicate, or not due yet)."""
+        now = time.time()
         with self.engine.begin() as conn:
             row = conn.execute(
                 update(steps)
@@ -102,13 +106,15 @@ class WorkflowStore(WorkflowReads):
                     *step_at(workflow_id, step_id, revision),
                     steps.c.status.in_(_CLAIMABLE),
                     steps.c.remaining_deps == 0,
+                    or_(steps.c.not_before_s.is_(None), steps.c.ready_at <= now),
                 )
                 .values(
                     status=WorkflowStepStatus.RUNNING,
                     revision=revision + 1,
                     started_at=utcnow(),
                     updated_at=utcnow(),
-                    lease_expires_at=time.time() + lease_s,
+                    lease_expires_at=now + lease_s,
+                    deadline_at=now + steps.c.timeout_s,
                     last_task_id=task_id,
                 )
                 .returning(*CLAIM_COLUMNS)
@@ -147,12 +153,43 @@ class WorkflowStore(WorkflowReads):
                     error=error,
                     revision=claimed.revision + 1,
                     lease_expires_at=None,
+                    deadline_at=None,
                     updated_at=utcnow(),
                     last_task_id=claimed.task_id,
                 )
             )
             require_one(result.rowcount, claimed)
         return claimed.revision + 1
+
+    def cancel_workflow(self, workflow_id: str) -> Finished | None:
+        """Cancel a running workflow in one transaction; None if it was not running."""
+        with self.engine.begin() as conn:
+            return control.cancel_in(conn, workflow_id)
+
+    def retry_workflow(self, workflow_id: str) -> list[Dispatch] | None:
+        """Reopen a failed or cancelled workflow in one transaction; return the steps ready
+        now, or None if it was neither."""
+        with self.engine.begin() as conn:
+            return control.retry_in(conn, workflow_id)
+
+    def arm_timer(self, workflow_id: str, step_id: str, revision: int) -> float | None:
+        """Start a ready step's durable timer (once); return when it runs out, or None if
+        the step has no timer or is not a ready step at ``revision``."""
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                update(steps)
+                .where(
+                    *step_at(workflow_id, step_id, revision),
+                    steps.c.status == WorkflowStepStatus.PENDING,
+                    steps.c.remaining_deps == 0,
+                    steps.c.not_before_s.is_not(None),
+                )
+                .values(
+                    ready_at=func.coalesce(steps.c.ready_at, time.time() + steps.c.not_before_s)
+                )
+                .returning(steps.c.ready_at)
+            ).first()
+        return None if row is None else float(row[0])
 
     def fail(self, claimed: ClaimedStep, error: str) -> Completion:
         """running -> failed, and every transitive dependent -> skipped."""
@@ -178,6 +215,7 @@ class WorkflowStore(WorkflowReads):
             "completed_at": utcnow(),
             "updated_at": utcnow(),
             "lease_expires_at": None,
+            "deadline_at": None,
             "error": error,
             "last_task_id": claimed.task_id,
         }

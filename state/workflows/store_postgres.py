@@ -26,13 +26,14 @@ CLAIM = """
 WITH c AS (
   UPDATE workflow_steps SET status = 'running', revision = %(revision)s + 1,
       started_at = %(now)s, updated_at = %(now)s, lease_expires_at = %(lease)s,
-      last_task_id = %(task_id)s
+      deadline_at = %(clock)s + timeout_s, last_task_id = %(task_id)s
   WHERE workflow_id = %(workflow_id)s AND step_id = %(step_id)s AND revision = %(revision)s
     AND status IN ('pending', 'retrying', 'running') AND remaining_deps = 0
-  RETURNING action, inputs, dependencies, dependents, retry_count, max_retries
+    AND (not_before_s IS NULL OR ready_at <= %(clock)s)
+  RETURNING action, inputs, dependencies, dependents, retry_count, max_retries, timeout_s
 )
 SELECT c.action, c.inputs::text AS inputs, c.dependencies::text AS dependencies,
-  c.dependents::text AS dependents, c.retry_count, c.max_retries,
+  c.dependents::text AS dependents, c.retry_count, c.max_retries, c.timeout_s,
   (SELECT coalesce(jsonb_object_agg(e.dep, (
             SELECT d.outputs FROM workflow_steps d
              WHERE d.workflow_id = %(workflow_id)s AND d.step_id = e.dep)), '{}'::jsonb)::text
@@ -43,7 +44,7 @@ SUCCEED = """
 WITH s AS (
   UPDATE workflow_steps SET status = 'success', outputs = %(outputs)s::jsonb,
       revision = %(revision)s + 1, completed_at = %(now)s, updated_at = %(now)s,
-      lease_expires_at = NULL, error = NULL, last_task_id = %(task_id)s
+      lease_expires_at = NULL, deadline_at = NULL, error = NULL, last_task_id = %(task_id)s
   WHERE workflow_id = %(workflow_id)s AND step_id = %(step_id)s AND revision = %(revision)s
     AND status = 'running'
   RETURNING 1
@@ -88,12 +89,14 @@ class PostgresWorkflowStore(WorkflowStore):
     ) -> ClaimedStep | None:
         """Mark the step running if it is still at ``revision``; the dependencies'
         outputs come back with the claim."""
+        clock = time.time()
         params = {
             "workflow_id": workflow_id,
             "step_id": step_id,
             "revision": revision,
             "now": utcnow(),
-            "lease": time.time() + lease_s,
+            "clock": clock,
+            "lease": clock + lease_s,
             "task_id": task_id,
         }
         with self.autocommit.connect() as conn:

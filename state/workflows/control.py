@@ -1,0 +1,118 @@
+"""Run control of a whole workflow, each one guarded transaction: cancel (every step not
+yet terminal ends skipped) and retry (failed and skipped steps go back to pending).
+
+Both bump the revision of every step they touch, so a task still in the queue, or a
+running step's late result, finds its revision moved and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from sqlalchemy import Connection, select, update
+
+from state.clock import utcnow
+from state.documents import codec
+from state.storage.tables import steps, workflows
+from state.workflow import WorkflowStatus, WorkflowStepStatus
+from state.workflows.records import Dispatch, Finished
+
+CANCELLED = "cancelled"
+_OPEN = (WorkflowStepStatus.PENDING, WorkflowStepStatus.RUNNING, WorkflowStepStatus.RETRYING)
+_RERUN = (WorkflowStepStatus.FAILED, WorkflowStepStatus.SKIPPED)
+_RETRYABLE = (WorkflowStatus.FAILED, WorkflowStatus.CANCELLED)
+
+
+def cancel_in(conn: Connection, workflow_id: str) -> Finished | None:
+    """Cancel a running workflow inside ``conn``'s transaction; None if it was not running."""
+    now = utcnow()
+    row = conn.execute(
+        update(workflows)
+        .where(workflows.c.workflow_id == workflow_id, workflows.c.status == WorkflowStatus.RUNNING)
+        .values(status=WorkflowStatus.CANCELLED, remaining_steps=0, finished_at=now, updated_at=now)
+        .returning(workflows.c.session_id, workflows.c.resume_revision)
+    ).first()
+    if row is None:
+        return None
+    conn.execute(
+        update(steps)
+        .where(steps.c.workflow_id == workflow_id, steps.c.status.in_(_OPEN))
+        .values(
+            status=WorkflowStepStatus.SKIPPED,
+            error=CANCELLED,
+            revision=steps.c.revision + 1,
+            completed_at=now,
+            updated_at=now,
+            lease_expires_at=None,
+            deadline_at=None,
+        )
+    )
+    return Finished(workflow_id, WorkflowStatus.CANCELLED, row.session_id, row.resume_revision)
+
+
+def retry_in(conn: Connection, workflow_id: str) -> list[Dispatch] | None:
+    """Run a failed or cancelled workflow again from where it stopped, inside ``conn``'s
+    transaction; return the steps ready now, or None if it was not failed or cancelled."""
+    reopened = conn.execute(
+        update(workflows)
+        .where(workflows.c.workflow_id == workflow_id, workflows.c.status.in_(_RETRYABLE))
+        .values(
+            status=WorkflowStatus.RUNNING, failed_steps=0, finished_at=None, updated_at=utcnow()
+        )
+        .returning(workflows.c.workflow_id)
+    ).first()
+    if reopened is None:
+        return None
+    by_count = _steps_to_rerun(conn, workflow_id)
+    for remaining, step_ids in by_count.items():
+        _reset(conn, workflow_id, step_ids, remaining)
+    reset = sum(len(ids) for ids in by_count.values())
+    conn.execute(
+        update(workflows)
+        .where(workflows.c.workflow_id == workflow_id)
+        .values(remaining_steps=reset)
+    )
+    ready = conn.execute(
+        select(steps.c.step_id, steps.c.revision).where(
+            steps.c.workflow_id == workflow_id, steps.c.step_id.in_(by_count.get(0, []))
+        )
+    )
+    return [(r[0], int(r[1])) for r in ready]
+
+
+def _steps_to_rerun(conn: Connection, workflow_id: str) -> dict[int, list[str]]:
+    """Failed and skipped steps, grouped by how many of their dependencies are unfinished."""
+    rows = conn.execute(
+        select(steps.c.step_id, steps.c.status, steps.c.dependencies).where(
+            steps.c.workflow_id == workflow_id
+        )
+    ).all()
+    succeeded = {r.step_id for r in rows if r.status == WorkflowStepStatus.SUCCESS}
+    by_count: dict[int, list[str]] = defaultdict(list)
+    for r in rows:
+        if r.status in _RERUN:
+            unfinished = [d for d in codec.loads(r.dependencies) if d not in succeeded]
+            by_count[len(unfinished)].append(r.step_id)
+    return by_count
+
+
+def _reset(conn: Connection, workflow_id: str, step_ids: list[str], remaining: int) -> None:
+    conn.execute(
+        update(steps)
+        .where(steps.c.workflow_id == workflow_id, steps.c.step_id.in_(step_ids))
+        .values(
+            status=WorkflowStepStatus.PENDING,
+            remaining_deps=remaining,
+            retry_count=0,
+            error=None,
+            outputs={},
+            revision=steps.c.revision + 1,
+            recoveries=0,
+            started_at=None,
+            completed_at=None,
+            ready_at=None,
+            deadline_at=None,
+            lease_expires_at=None,
+            updated_at=utcnow(),
+        )
+    )
