@@ -364,12 +364,13 @@ class TurnEngine:
 
     def _fail_turn(self, draft: Draft, trigger: str | None, reply: str, cause: str) -> None:
         draft.rollback()
+        failed_in = draft.phase  # a turn's first phase: the snapshot still says idle
         if trigger is not None:
             draft.fire(trigger)
         draft.metadata["last_error"] = {
             "cause": "timeout" if trigger == "timeout" else "error",
             "detail": cause[:500],
-            "phase": draft.snap.phase,
+            "phase": failed_in,
             "at": utcnow().isoformat(),
         }
         self._recover(draft, reply)
@@ -385,8 +386,10 @@ class TurnEngine:
         followups.steps.extend(draft.roots)
         followups.user_cache.extend(draft.user_writes)
         if draft.phase == "executing" and draft.roots:
-            # Waiting on a workflow: nothing runs in this process to watch the deadline,
-            # so a countdown task does. (A handler that runs is watched by _alarm.)
+            # Waiting on a workflow: an in-process alarm rings the deadline check (see
+            # _alarm). A countdown task would outlive a workflow that finishes first and
+            # sit in the broker until the deadline; if this process dies, the recovery
+            # sweep enforces the stored deadline.
             followups.deadline = draft.deadline
 
     def _send(self, session_id: str, followups: Followups) -> None:
@@ -395,8 +398,7 @@ class TurnEngine:
         for workflow_id, step_id, version in followups.steps:
             self.dispatcher.step(workflow_id, step_id, version)
         if followups.deadline is not None:
-            delay = max(0.0, followups.deadline - time.time())
-            self.dispatcher.timeout(session_id, followups.deadline, delay)
+            self._ring_at(session_id, followups.deadline)
         if followups.phase is not None:
             self.dispatcher.phase(followups.phase[0], session_id, followups.phase[1])
 
@@ -414,7 +416,15 @@ class TurnEngine:
         if draft.snap.phase != "executing" or deadline is None:
             yield
             return
-        session_id = draft.snap.session_id
+        key = self._ring_at(draft.snap.session_id, deadline)
+        try:
+            yield
+        finally:
+            _alarms.unregister(key)
+
+    def _ring_at(self, session_id: str, deadline: float) -> str:
+        """Enqueue the deadline check when ``deadline`` comes; return the alarm's key (a
+        later executing run of the same turn replaces, then removes, the same alarm)."""
         key = f"deadline:{session_id}:{deadline}"
 
         def ring() -> bool:
@@ -422,10 +432,7 @@ class TurnEngine:
             return False  # once
 
         _alarms.register(key, max(0.0, deadline - time.time()), ring)
-        try:
-            yield
-        finally:
-            _alarms.unregister(key)
+        return key
 
     def waiting_on_workflow(self, snap: Snapshot) -> bool:
         workflow_id = (snap.doc.get("context_window") or {}).get("workflow_id")
