@@ -31,6 +31,15 @@ class NotFoundError(BadInputError):
     """The session, workflow or user named does not exist."""
 
 
+class DatabaseNotFoundError(NotFoundError):
+    """The configured database (or its agentstate schema) does not exist; reading never
+    creates one."""
+
+
+class UsageError(BadInputError):
+    """A command line that does not parse (unknown command, missing or bad argument)."""
+
+
 class SessionOwnershipError(BadInputError):
     """The session belongs to another user."""
 

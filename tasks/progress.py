@@ -4,12 +4,34 @@ from __future__ import annotations
 
 import sys
 import time
+import unicodedata
 from collections.abc import Callable
 from typing import Any, TextIO
 
 Document = dict[str, Any]
 _POLL_S = 0.03
 _BAR_WIDTH = 30
+# Shown as they are: the rest of the control characters could drive the terminal.
+_KEPT = frozenset("\n\t")
+# Unicode's bidirectional overrides and isolates reorder what the operator reads.
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def printable(value: object) -> str:
+    """``str(value)`` safe for a terminal: control characters escaped (``\\x1b``),
+    newlines and tabs kept, so stored text cannot retitle or recolour the operator's
+    terminal, or hide what it says."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(_escaped(ch) for ch in text)
+
+
+def _escaped(ch: str) -> str:
+    if ch in _KEPT or (unicodedata.category(ch) != "Cc" and ch not in _BIDI):
+        return ch
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 class TurnWatcher:
@@ -129,36 +151,43 @@ def progress_line(doc: Document) -> str:
 
 
 def print_session(doc: Document) -> None:
-    """A session as text: a header, then its history."""
+    """A session as text: a header, then its history (stored text made printable)."""
     print(
-        f"session {doc['session_id']}  user {doc['user_id']}  phase {doc['phase']}  "
-        f"status {doc['status']}  revision {doc['revision']}  v{doc['_version']}  "
-        f"queued {doc.get('queued', 0)}"
+        printable(
+            f"session {doc['session_id']}  user {doc['user_id']}  phase {doc['phase']}  "
+            f"status {doc['status']}  revision {doc['revision']}  v{doc['_version']}  "
+            f"queued {doc.get('queued', 0)}"
+        )
     )
     path = (doc.get("metadata") or {}).get("turn", {}).get("path")
     if path:
-        print("last turn: " + " \u2192 ".join(path))
+        print(printable("last turn: " + " \u2192 ".join(map(str, path))))
     error = (doc.get("metadata") or {}).get("last_error")
     if error:
-        print(f"last error: {error['cause']} in {error['phase']}: {error['detail']}")
+        print(printable(f"last error: {error['cause']} in {error['phase']}: {error['detail']}"))
     for item in doc["message_history"]:
-        print(f"  [{item['role']}] {item['content']}")
+        print(printable(f"  [{item['role']}] {item['content']}"))
 
 
 def print_workflow(doc: Document) -> None:
-    """A workflow as a table of steps."""
+    """A workflow as a table of steps (stored text made printable)."""
     print(
-        f"workflow {doc['workflow_id']}  status {doc['status']}  "
-        f"{doc['total_steps'] - doc['remaining_steps']}/{doc['total_steps']} done"
+        printable(
+            f"workflow {doc['workflow_id']}  status {doc['status']}  "
+            f"{doc['total_steps'] - doc['remaining_steps']}/{doc['total_steps']} done"
+        )
     )
     print(f"  {'STEP':<20} {'ACTION':<12} {'STATUS':<9} {'RETRIES':>7}  OUTPUT / ERROR")
     for step in doc["steps"].values():
         detail = step["error"] if step["status"] in ("failed", "skipped") else step["outputs"]
-        text = str(detail)
+        text = printable(detail)
         text = text if len(text) <= 60 else text[:57] + "..."
         print(
-            f"  {step['step_id']:<20} {step['action']:<12} {step['status']:<9} "
-            f"{step['retry_count']:>7}  {text}"
+            printable(
+                f"  {step['step_id']:<20} {step['action']:<12} {step['status']:<9} "
+                f"{step['retry_count']:>7}  "
+            )
+            + text
         )
 
 

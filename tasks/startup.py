@@ -20,7 +20,7 @@ from celery.signals import celeryd_init, import_modules
 from celery.utils.imports import cwd_in_path
 from pydantic import ValidationError
 
-from config import get_settings, redact_url
+from config import get_settings, redact_url, settings_error_line
 from state.errors import AgentStateError
 
 EXIT_BAD_CONFIG = 2
@@ -55,16 +55,6 @@ def check_agent() -> None:
             raise AgentStateError(
                 f"cannot import agent {dotted!r} (AGENTSTATE_AGENT): {_describe(exc)}"
             ) from exc
-
-
-def settings_error_line(exc: ValidationError) -> str:
-    """One line naming the AGENTSTATE_* variable(s) a ValidationError is about."""
-    parts = []
-    for error in exc.errors():
-        names = [str(part) for part in error.get("loc", ())]
-        where = f"AGENTSTATE_{names[0].upper()}" if names else "AGENTSTATE_* settings"
-        parts.append(f"{where}: {error.get('msg', 'invalid')}")
-    return "bad setting " + "; ".join(parts)
 
 
 def _describe(exc: BaseException) -> str:
