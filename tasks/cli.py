@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workers", type=int, default=2, help="worker processes to start (2)")
     demo.add_argument("--no-workers", action="store_true", help="use workers already running")
     demo.add_argument("--no-flower", action="store_true", help="do not start Flower")
+    demo.add_argument("--flower-port", type=int, default=5555, help="Flower's port (5555)")
     return parser
 
 
@@ -328,7 +329,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     if args.workers < 1:
         raise BadInputError("--workers must be at least 1")
-    return run_demo(workers=0 if args.no_workers else args.workers, flower=not args.no_flower)
+    if not 0 < args.flower_port < 65536:
+        raise BadInputError("--flower-port must be between 1 and 65535")
+    return run_demo(
+        workers=0 if args.no_workers else args.workers,
+        flower=not args.no_flower,
+        flower_port=args.flower_port,
+        as_json=args.json,
+    )
 
 
 if __name__ == "__main__":

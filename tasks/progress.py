@@ -6,6 +6,7 @@ import sys
 import time
 import unicodedata
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TextIO
 
 Document = dict[str, Any]
@@ -150,9 +151,10 @@ def progress_line(doc: Document) -> str:
     return f"[{bar}] {done}/{total} done" + (", " + ", ".join(extras) if extras else "")
 
 
-def print_session(doc: Document) -> None:
+def print_session(doc: Document, out: TextIO | None = None) -> None:
     """A session as text: a header, then its history (stored text made printable)."""
-    print(
+    show = partial(print, file=out or sys.stdout)
+    show(
         printable(
             f"session {doc['session_id']}  user {doc['user_id']}  phase {doc['phase']}  "
             f"status {doc['status']}  revision {doc['revision']}  v{doc['_version']}  "
@@ -161,28 +163,29 @@ def print_session(doc: Document) -> None:
     )
     path = (doc.get("metadata") or {}).get("turn", {}).get("path")
     if path:
-        print(printable("last turn: " + " \u2192 ".join(map(str, path))))
+        show(printable("last turn: " + " \u2192 ".join(map(str, path))))
     error = (doc.get("metadata") or {}).get("last_error")
     if error:
-        print(printable(f"last error: {error['cause']} in {error['phase']}: {error['detail']}"))
+        show(printable(f"last error: {error['cause']} in {error['phase']}: {error['detail']}"))
     for item in doc["message_history"]:
-        print(printable(f"  [{item['role']}] {item['content']}"))
+        show(printable(f"  [{item['role']}] {item['content']}"))
 
 
-def print_workflow(doc: Document) -> None:
+def print_workflow(doc: Document, out: TextIO | None = None) -> None:
     """A workflow as a table of steps (stored text made printable)."""
-    print(
+    show = partial(print, file=out or sys.stdout)
+    show(
         printable(
             f"workflow {doc['workflow_id']}  status {doc['status']}  "
             f"{doc['total_steps'] - doc['remaining_steps']}/{doc['total_steps']} done"
         )
     )
-    print(f"  {'STEP':<20} {'ACTION':<12} {'STATUS':<9} {'RETRIES':>7}  OUTPUT / ERROR")
+    show(f"  {'STEP':<20} {'ACTION':<12} {'STATUS':<9} {'RETRIES':>7}  OUTPUT / ERROR")
     for step in doc["steps"].values():
         detail = step["error"] if step["status"] in ("failed", "skipped") else step["outputs"]
         text = printable(detail)
         text = text if len(text) <= 60 else text[:57] + "..."
-        print(
+        show(
             printable(
                 f"  {step['step_id']:<20} {step['action']:<12} {step['status']:<9} "
                 f"{step['retry_count']:>7}  "
