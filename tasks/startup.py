@@ -59,9 +59,9 @@ def check_agent() -> None:
 
 def _describe(exc: BaseException) -> str:
     """``Type: message``, and where a module's own code raised it (not a traceback)."""
-    text = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, ImportError):
         return str(exc)
+    text = f"{type(exc).__name__}: {exc}"
     frames = traceback.extract_tb(exc.__traceback__)
     if frames:
         text += f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})"
