@@ -58,13 +58,14 @@ class TurnWatcher:
         deadline = time.monotonic() + timeout
         path: list[str] = []
         while time.monotonic() < deadline:
-            snapshot = self.client.sessions.load_from_database(self.session_id)
-            turn = (snapshot.doc.get("metadata") or {}).get("turn") or {} if snapshot else {}
-            if turn.get("message_id") == self.message_id:
-                path = list(turn.get("path", []))
-                self._show(path)
+            path = self._path() or path
+            self._show(path)
             reply = self._reply()
             if reply is not None:
+                # The reply may have landed after the path was read: read it once more
+                # (the reply and the turn's last phase commit together).
+                path = self._path() or path
+                self._show(path)
                 self._finish()
                 return reply, path
             time.sleep(_POLL_S)
@@ -73,6 +74,15 @@ class TurnWatcher:
             f"no reply to {self.message_id} within {timeout:g}s "
             "(are workers running? `celery -A tasks worker`)"
         )
+
+    def _path(self) -> list[str] | None:
+        """The phases this message's turn went through so far (None: not started yet,
+        or a later message's turn already replaced it)."""
+        snapshot = self.client.sessions.load_from_database(self.session_id)
+        turn = (snapshot.doc.get("metadata") or {}).get("turn") or {} if snapshot else {}
+        if turn.get("message_id") != self.message_id:
+            return None
+        return list(turn.get("path", []))
 
     def _reply(self) -> str | None:
         for item in reversed(self.client.sessions.history(self.session_id, last=50)):
