@@ -11,6 +11,8 @@ from config.settings import Settings
 TASK_MODULES = ["tasks.phases", "tasks.workflow", "tasks.maintenance"]
 # Bare tasks to measure against; off in production (they bump counters on request).
 BASELINE_MODULES = ["tasks.baseline"]
+# kombu's Redis transport minus a per-publish cost (tasks/transport.py), per URL scheme.
+REDIS_TRANSPORTS = {"redis": "tasks.transport:Transport", "rediss": "tasks.transport:TlsTransport"}
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -59,6 +61,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         },
         "beat_schedule_filename": str(Path(tempfile.gettempdir()) / "agentstate-beat-schedule"),
     }
-    if settings.broker_url.split("://", 1)[0] in ("redis", "rediss"):
-        config["broker_transport"] = "tasks.transport:Transport"
+    scheme = settings.broker_url.split("://", 1)[0]
+    if scheme in REDIS_TRANSPORTS:
+        config["broker_transport"] = REDIS_TRANSPORTS[scheme]
     return config

@@ -7,8 +7,10 @@ import re
 from enum import StrEnum
 from functools import lru_cache
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from config import urls
 
 
 class HopPolicy(StrEnum):
@@ -57,6 +59,21 @@ class Settings(BaseSettings):
             raise ValueError("must not be empty")
         return value.strip()
 
+    @field_validator("database_url")
+    @classmethod
+    def _supported_database(cls, value: str) -> str:
+        return urls.check_database_url(value)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str) -> str:
+        return urls.check_redis_url(value)
+
+    @field_validator("broker_url")
+    @classmethod
+    def _broker_url(cls, value: str) -> str:
+        return urls.check_broker_url(value)
+
     @model_validator(mode="after")
     def _broker_defaults_to_redis(self) -> Settings:
         if not self.broker_url:
@@ -79,6 +96,18 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """The process-wide Settings (``get_settings.cache_clear()`` to re-read)."""
     return Settings()
+
+
+def settings_error_line(exc: ValidationError) -> str:
+    """One line naming each AGENTSTATE_* variable a ValidationError is about (values are
+    left out: they may be URLs with passwords)."""
+    parts = []
+    for error in exc.errors():
+        names = [str(part) for part in error.get("loc", ())]
+        where = f"AGENTSTATE_{names[0].upper()}" if names else "AGENTSTATE_* settings"
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{where}: {message}")
+    return "bad setting " + "; ".join(parts)
 
 
 # Up to the last "@" before the host: passwords may themselves contain "@".

@@ -44,6 +44,15 @@ class RunStateError(BadInputError):
     successful one); nothing was changed."""
 
 
+class DatabaseNotFoundError(NotFoundError):
+    """The configured database (or its agentstate schema) does not exist; reading never
+    creates one."""
+
+
+class UsageError(BadInputError):
+    """A command line that does not parse (unknown command, missing or bad argument)."""
+
+
 class SessionOwnershipError(BadInputError):
     """The session belongs to another user."""
 

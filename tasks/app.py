@@ -14,9 +14,15 @@ logger = logging.getLogger(__name__)
 
 
 def make_app(settings: Settings | None = None) -> Celery:
-    """A Celery app for ``settings`` (default: the environment)."""
-    application = Celery("agentstate")
-    application.config_from_object(celery_config(settings or get_settings()))
+    """A Celery app for ``settings`` (default: the environment, read on first use)."""
+    application = Celery("agentstate", amqp="tasks.transport:AMQP")
+    if settings is None:
+        # Read when the configuration is first needed, not while `tasks` is imported: a
+        # bad AGENTSTATE_* value then surfaces where it is reported as one line (the CLI,
+        # the worker's start checks) instead of as a traceback out of an import.
+        application.add_defaults(lambda: celery_config(get_settings()))
+    else:
+        application.config_from_object(celery_config(settings))
     return application
 
 
@@ -30,3 +36,7 @@ def _fresh_connections(**_: object) -> None:
     from tasks.runtime import reset_runtime
 
     reset_runtime()
+
+
+# The start checks (settings, action modules, agent) connect to Celery's start signals.
+from tasks import startup  # noqa: E402,F401

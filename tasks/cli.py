@@ -1,7 +1,19 @@
 """The ``agentstate`` command line.
 
-Exit status: 0 ok, 2 bad input (unknown ids included) with a one-line message, 1 any
-other failure. ``--json`` (after the subcommand) prints machine-readable output.
+Exit status: 0 ok, 2 bad input (unknown ids, a missing database and bad AGENTSTATE_*
+settings included) with a one-line message on stderr, 1 any other failure (a workflow
+that failed included: ``workflow run --wait`` and ``workflow show`` both exit 1 for it,
+printing it all the same), 130 interrupted. A group without its action (``agentstate
+db``) prints the group's help and exits 2.
+
+``--json`` (after the subcommand) prints machine-readable output: stdout then carries
+exactly one JSON document, the result or, when the command fails, ``{"error": "one line",
+"kind": "..."}`` with kind one of bad_input, not_found (exit 2), unavailable, timeout,
+failure (exit 1), interrupted (130). Nothing but progress and warnings goes to stderr.
+
+The read-only commands (``session show``, ``user show``, ``workflow show``) never create
+a database: a SQLite file that is not there, or a database without the agentstate schema,
+is reported (exit 2), and an unknown id names the database that was searched.
 """
 
 from __future__ import annotations
@@ -14,63 +26,51 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import redis
-from kombu.exceptions import OperationalError as BrokerError
-from sqlalchemy.exc import OperationalError as DatabaseError
-
-from config import get_settings, redact_url
-from state.errors import AgentStateError, BadInputError, NotFoundError, WorkflowSpecError
+from config import get_settings
+from state.errors import BadInputError, NotFoundError, UsageError, WorkflowSpecError
 from state.ids import validate_id
 from tasks import progress
+from tasks.cli_support import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILURE,
+    EXIT_OK,
+    check_readable,
+    database_label,
+    failure_of,
+    positive_seconds,
+    report,
+)
 
-EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 Handler = Callable[[argparse.Namespace], Any]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit status."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in arguments  # until the arguments are parsed
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not hasattr(args, "handler"):
-        parser.print_help()
-        return EXIT_BAD_INPUT
     try:
+        args = parser.parse_args(arguments)
+        as_json = bool(getattr(args, "json", False))
+        if getattr(args, "handler", None) is None:
+            # `agentstate db` and the like: the help of the group that was named.
+            getattr(args, "help_of", parser).print_help()
+            return EXIT_BAD_INPUT
         result = args.handler(args)
-    except KeyboardInterrupt:
-        return _fail(130, "interrupted")
-    except Exception as exc:
-        return _failure(exc)
+    except (Exception, KeyboardInterrupt) as exc:
+        failure = failure_of(exc)
+        if failure is None:
+            raise
+        return report(failure, as_json)
     return result if isinstance(result, int) else EXIT_OK
 
 
-def _failure(exc: Exception) -> int:
-    """The exit status and one-line message for an error (no traceback when expected)."""
-    if isinstance(exc, BadInputError):
-        return _fail(EXIT_BAD_INPUT, str(exc))
-    if isinstance(exc, TimeoutError | AgentStateError):
-        return _fail(EXIT_FAILURE, str(exc))
-    if isinstance(exc, redis.RedisError | BrokerError):
-        return _fail(EXIT_FAILURE, f"cannot reach Redis: {exc} (check AGENTSTATE_REDIS_URL)")
-    if isinstance(exc, DatabaseError):
-        return _fail(
-            EXIT_FAILURE, f"cannot reach the database: {exc.orig} (check AGENTSTATE_DATABASE_URL)"
-        )
-    raise exc
-
-
 class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (exit 2), like every other bad input."""
+    """argparse whose errors are reported like every other bad input (one line, exit 2)."""
 
     def error(self, message: str) -> Any:
-        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
-
-
-def _fail(status: int, message: str) -> int:
-    first_line = redact_url(message).strip().splitlines()[0] if message.strip() else "failed"
-    print(f"agentstate: error: {first_line}", file=sys.stderr)
-    return status
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,13 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
     migrate = _command(sub, "migrate", cmd_migrate, "migrate all stored state to this version")
     migrate.add_argument("--dry-run", action="store_true", help="count, change nothing")
     migrate.add_argument("--batch", type=int, default=200, help="rows per batch (200)")
-    fsm = sub.add_parser("fsm", help="the agent state machine")
+    fsm = _group(sub, "fsm", "the agent state machine")
     fsm_sub = fsm.add_subparsers(metavar="ACTION")
     _command(fsm_sub, "diagram", cmd_fsm_diagram, "print the FSM as a Mermaid diagram")
     demo = _command(sub, "demo", cmd_demo, "a conversation and a workflow through real workers")
     demo.add_argument("--workers", type=int, default=2, help="worker processes to start (2)")
     demo.add_argument("--no-workers", action="store_true", help="use workers already running")
     demo.add_argument("--no-flower", action="store_true", help="do not start Flower")
+    demo.add_argument("--flower-port", type=int, default=5555, help="Flower's port (5555)")
     return parser
 
 
@@ -108,8 +109,14 @@ def _command(sub: Any, name: str, handler: Handler, help_text: str) -> argparse.
     return command
 
 
+def _group(sub: Any, name: str, help_text: str) -> argparse.ArgumentParser:
+    group: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
+    group.set_defaults(help_of=group)
+    return group
+
+
 def _add_db(sub: Any) -> None:
-    db = sub.add_parser("db", help="database schema")
+    db = _group(sub, "db", "database schema")
     db_sub = db.add_subparsers(metavar="ACTION")
     _command(db_sub, "upgrade", cmd_db_upgrade, "create or upgrade the schema (Alembic)")
 
@@ -120,31 +127,40 @@ def _add_send(sub: Any) -> None:
     send.add_argument("text", metavar="TEXT")
     send.add_argument("--user", required=True, metavar="USER_ID", help="who sends it")
     send.add_argument("--wait", action="store_true", help="wait for the reply, showing phases")
-    send.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (60)")
+    send.add_argument("--timeout", type=positive_seconds, default=60.0, help="seconds to wait (60)")
 
 
 def _add_session(sub: Any) -> None:
-    session = sub.add_parser("session", help="inspect sessions")
+    session = _group(sub, "session", "inspect sessions")
     session_sub = session.add_subparsers(metavar="ACTION")
     show = _command(session_sub, "show", cmd_session_show, "show a session and its history")
     show.add_argument("session_id", metavar="SESSION_ID")
 
 
 def _add_user(sub: Any) -> None:
-    user = sub.add_parser("user", help="inspect users' persistent state")
+    user = _group(sub, "user", "inspect users' persistent state")
     user_sub = user.add_subparsers(metavar="ACTION")
     show = _command(user_sub, "show", cmd_user_show, "show a user's persistent state")
     show.add_argument("user_id", metavar="USER_ID")
 
 
+_FAILED_EXITS_1 = "exits 1 if the workflow failed (after printing it)"
+
+
 def _add_workflow(sub: Any) -> None:
-    workflow = sub.add_parser("workflow", help="run and inspect workflows")
+    workflow = _group(sub, "workflow", "run and inspect workflows")
     wf_sub = workflow.add_subparsers(metavar="ACTION")
     run = _command(wf_sub, "run", cmd_workflow_run, "start a workflow from a JSON spec file")
     run.add_argument("spec", metavar="SPEC.json", help="the spec file ('-' reads stdin)")
-    run.add_argument("--wait", action="store_true", help="wait, with a progress bar")
-    run.add_argument("--timeout", type=float, default=600.0, help="seconds to wait (600)")
-    show = _command(wf_sub, "show", cmd_workflow_show, "show a workflow's steps")
+    run.add_argument(
+        "--wait", action="store_true", help=f"wait, with a progress bar; {_FAILED_EXITS_1}"
+    )
+    run.add_argument(
+        "--timeout", type=positive_seconds, default=600.0, help="seconds to wait (600)"
+    )
+    show = _command(
+        wf_sub, "show", cmd_workflow_show, f"show a workflow's steps; {_FAILED_EXITS_1}"
+    )
     show.add_argument("workflow_id", metavar="WORKFLOW_ID")
 
 
@@ -155,6 +171,16 @@ def _client() -> Any:
     from tasks.client import AgentClient
 
     return AgentClient()
+
+
+def _reader() -> Any:
+    """A client for the read-only commands, after checking that reading creates nothing."""
+    check_readable(get_settings())
+    return _client()
+
+
+def _unknown(kind: str, item_id: str) -> NotFoundError:
+    return NotFoundError(f"unknown {kind} {item_id!r} in {database_label(get_settings())}")
 
 
 def _emit(args: argparse.Namespace, data: Any, human: Callable[[], None]) -> None:
@@ -170,7 +196,7 @@ def cmd_db_upgrade(args: argparse.Namespace) -> None:
 
     settings = get_settings()
     revision = upgrade_schema(get_engine(settings.database_url))
-    where = redact_url(settings.database_url)
+    where = database_label(settings)
     _emit(
         args,
         {"revision": revision, "database": where},
@@ -188,21 +214,29 @@ def cmd_send(args: argparse.Namespace) -> None:
     watcher = progress.TurnWatcher(client, args.session_id, message_id, quiet=args.json)
     reply, path = watcher.wait(args.timeout)
     data = {"message_id": message_id, "reply": reply, "path": path}
-    _emit(args, data, lambda: print(reply))
+    _emit(args, data, lambda: print(progress.printable(reply)))
 
 
 def cmd_session_show(args: argparse.Namespace) -> None:
     """Show a session."""
-    doc = _client().get_session(args.session_id)
+    validate_id(args.session_id, "session")
+    doc = _reader().get_session(args.session_id)
     if doc is None:
-        raise NotFoundError(f"unknown session {args.session_id!r}")
+        raise _unknown("session", args.session_id)
     _emit(args, doc, lambda: progress.print_session(doc))
 
 
 def cmd_user_show(args: argparse.Namespace) -> None:
-    """Show a user's persistent state."""
+    """Show a user's persistent state (JSON either way)."""
+    from state.storage.db import read_connection
+    from state.storage.user_rows import read_row
+
     validate_id(args.user_id, "user")
-    state = _client().load_user_state(args.user_id)
+    client = _reader()
+    with read_connection(client.backend.engine) as conn:
+        if read_row(conn, args.user_id) is None:
+            raise _unknown("user", args.user_id)
+    state = client.load_user_state(args.user_id)
     print(json.dumps(state, indent=2, default=str))
 
 
@@ -215,8 +249,7 @@ def cmd_workflow_run(args: argparse.Namespace) -> int:
         _emit(args, {"workflow_id": workflow_id}, lambda: print(workflow_id))
         return EXIT_OK
     doc = progress.WorkflowWatcher(client, workflow_id, quiet=args.json).wait(args.timeout)
-    _emit(args, doc, lambda: progress.print_workflow(doc))
-    return EXIT_OK if doc["status"] == "success" else EXIT_FAILURE
+    return _show_workflow(args, doc)
 
 
 def _read_spec(path: str) -> Any:
@@ -224,18 +257,33 @@ def _read_spec(path: str) -> Any:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise WorkflowSpecError(f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise WorkflowSpecError(f"{path} is not UTF-8 text: {exc.reason}") from exc
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise WorkflowSpecError(f"{path} is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise WorkflowSpecError(f"{path} is nested too deeply") from exc
 
 
-def cmd_workflow_show(args: argparse.Namespace) -> None:
+def cmd_workflow_show(args: argparse.Namespace) -> int:
     """Show a workflow."""
-    doc = _client().get_workflow(args.workflow_id)
+    validate_id(args.workflow_id, "workflow")
+    doc = _reader().get_workflow(args.workflow_id)
     if doc is None:
-        raise NotFoundError(f"unknown workflow {args.workflow_id!r}")
+        raise _unknown("workflow", args.workflow_id)
+    return _show_workflow(args, doc)
+
+
+def _show_workflow(args: argparse.Namespace, doc: dict[str, Any]) -> int:
+    """Print the workflow; exit 1 if it failed (one rule for `run --wait` and `show`)."""
     _emit(args, doc, lambda: progress.print_workflow(doc))
+    if doc["status"] != "failed":
+        return EXIT_OK
+    if not args.json:
+        print(f"agentstate: workflow {doc['workflow_id']} failed", file=sys.stderr)
+    return EXIT_FAILURE
 
 
 def cmd_recover(args: argparse.Namespace) -> None:
@@ -281,7 +329,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     if args.workers < 1:
         raise BadInputError("--workers must be at least 1")
-    return run_demo(workers=0 if args.no_workers else args.workers, flower=not args.no_flower)
+    if not 0 < args.flower_port < 65536:
+        raise BadInputError("--flower-port must be between 1 and 65535")
+    return run_demo(
+        workers=0 if args.no_workers else args.workers,
+        flower=not args.no_flower,
+        flower_port=args.flower_port,
+        as_json=args.json,
+    )
 
 
 if __name__ == "__main__":

@@ -30,6 +30,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def port_free(port: int) -> bool:
+    """Whether nothing listens on 127.0.0.1:``port`` right now."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 STOP_TIMEOUT_S = 20.0
 FLOWER_READY_TIMEOUT_S = 30.0
 

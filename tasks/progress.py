@@ -4,13 +4,36 @@ from __future__ import annotations
 
 import sys
 import time
+import unicodedata
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TextIO
 
 from state.documents.codec import Document
 
 _POLL_S = 0.03
 _BAR_WIDTH = 30
+# Shown as they are: the rest of the control characters could drive the terminal.
+_KEPT = frozenset("\n\t")
+# Unicode's bidirectional overrides and isolates reorder what the operator reads.
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def printable(value: object) -> str:
+    """``str(value)`` safe for a terminal: control characters escaped (``\\x1b``),
+    newlines and tabs kept, so stored text cannot retitle or recolour the operator's
+    terminal, or hide what it says."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(_escaped(ch) for ch in text)
+
+
+def _escaped(ch: str) -> str:
+    if ch in _KEPT or (unicodedata.category(ch) != "Cc" and ch not in _BIDI):
+        return ch
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 class TurnWatcher:
@@ -36,13 +59,14 @@ class TurnWatcher:
         deadline = time.monotonic() + timeout
         path: list[str] = []
         while time.monotonic() < deadline:
-            snapshot = self.client.sessions.load_from_database(self.session_id)
-            turn = (snapshot.doc.get("metadata") or {}).get("turn") or {} if snapshot else {}
-            if turn.get("message_id") == self.message_id:
-                path = list(turn.get("path", []))
-                self._show(path)
+            path = self._path() or path
+            self._show(path)
             reply = self._reply()
             if reply is not None:
+                # The reply may have landed after the path was read: read it once more
+                # (the reply and the turn's last phase commit together).
+                path = self._path() or path
+                self._show(path)
                 self._finish()
                 return reply, path
             time.sleep(_POLL_S)
@@ -51,6 +75,15 @@ class TurnWatcher:
             f"no reply to {self.message_id} within {timeout:g}s "
             "(are workers running? `celery -A tasks worker`)"
         )
+
+    def _path(self) -> list[str] | None:
+        """The phases this message's turn went through so far (None: not started yet,
+        or a later message's turn already replaced it)."""
+        snapshot = self.client.sessions.load_from_database(self.session_id)
+        turn = (snapshot.doc.get("metadata") or {}).get("turn") or {} if snapshot else {}
+        if turn.get("message_id") != self.message_id:
+            return None
+        return list(turn.get("path", []))
 
     def _reply(self) -> str | None:
         for item in reversed(self.client.sessions.history(self.session_id, last=50)):
@@ -129,37 +162,46 @@ def progress_line(doc: Document) -> str:
     return f"[{bar}] {done}/{total} done" + (", " + ", ".join(extras) if extras else "")
 
 
-def print_session(doc: Document) -> None:
-    """A session as text: a header, then its history."""
-    print(
-        f"session {doc['session_id']}  user {doc['user_id']}  phase {doc['phase']}  "
-        f"status {doc['status']}  revision {doc['revision']}  v{doc['_version']}  "
-        f"queued {doc.get('queued', 0)}"
+def print_session(doc: Document, out: TextIO | None = None) -> None:
+    """A session as text: a header, then its history (stored text made printable)."""
+    show = partial(print, file=out or sys.stdout)
+    show(
+        printable(
+            f"session {doc['session_id']}  user {doc['user_id']}  phase {doc['phase']}  "
+            f"status {doc['status']}  revision {doc['revision']}  v{doc['_version']}  "
+            f"queued {doc.get('queued', 0)}"
+        )
     )
     path = (doc.get("metadata") or {}).get("turn", {}).get("path")
     if path:
-        print("last turn: " + " \u2192 ".join(path))
+        show(printable("last turn: " + " \u2192 ".join(map(str, path))))
     error = (doc.get("metadata") or {}).get("last_error")
     if error:
-        print(f"last error: {error['cause']} in {error['phase']}: {error['detail']}")
+        show(printable(f"last error: {error['cause']} in {error['phase']}: {error['detail']}"))
     for item in doc["message_history"]:
-        print(f"  [{item['role']}] {item['content']}")
+        show(printable(f"  [{item['role']}] {item['content']}"))
 
 
-def print_workflow(doc: Document) -> None:
-    """A workflow as a table of steps."""
-    print(
-        f"workflow {doc['workflow_id']}  status {doc['status']}  "
-        f"{doc['total_steps'] - doc['remaining_steps']}/{doc['total_steps']} done"
+def print_workflow(doc: Document, out: TextIO | None = None) -> None:
+    """A workflow as a table of steps (stored text made printable)."""
+    show = partial(print, file=out or sys.stdout)
+    show(
+        printable(
+            f"workflow {doc['workflow_id']}  status {doc['status']}  "
+            f"{doc['total_steps'] - doc['remaining_steps']}/{doc['total_steps']} done"
+        )
     )
-    print(f"  {'STEP':<20} {'ACTION':<12} {'STATUS':<9} {'RETRIES':>7}  OUTPUT / ERROR")
+    show(f"  {'STEP':<20} {'ACTION':<12} {'STATUS':<9} {'RETRIES':>7}  OUTPUT / ERROR")
     for step in doc["steps"].values():
         detail = step["error"] if step["status"] in ("failed", "skipped") else step["outputs"]
-        text = str(detail)
+        text = printable(detail)
         text = text if len(text) <= 60 else text[:57] + "..."
-        print(
-            f"  {step['step_id']:<20} {step['action']:<12} {step['status']:<9} "
-            f"{step['retry_count']:>7}  {text}"
+        show(
+            printable(
+                f"  {step['step_id']:<20} {step['action']:<12} {step['status']:<9} "
+                f"{step['retry_count']:>7}  "
+            )
+            + text
         )
 
 

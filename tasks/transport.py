@@ -4,13 +4,21 @@ Stock kombu builds a new redis-py client for every publish; with redis-py 8 buil
 client costs ~170 us (it copies ~170 response callbacks), more than the publish itself.
 This transport keeps one client per channel (redis-py clients are thread-safe and share
 the channel's connection pool). Everything else is kombu's own code.
+
+Tools that pick a broker client by the URL's scheme (Flower's broker page and queue
+lengths) must still see ``redis://``: the app's connections (``AMQP`` below, the app's
+``amqp`` class) report this transport under kombu's name for the Redis transport.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from celery.app.amqp import AMQP as CeleryAMQP
+from kombu.connection import Connection as KombuConnection
 from kombu.transport import redis as kombu_redis
+
+from config.celery import REDIS_TRANSPORTS
 
 
 class Channel(kombu_redis.Channel):
@@ -30,3 +38,23 @@ class Transport(kombu_redis.Transport):
     """The Redis transport with client reuse."""
 
     Channel = Channel
+
+
+class TlsTransport(Transport):
+    """The same transport, for ``rediss://`` URLs (so that their scheme survives)."""
+
+
+class Connection(KombuConnection):
+    """A kombu Connection whose URL (``as_uri``) names our transports by their scheme."""
+
+    resolve_aliases = {
+        **KombuConnection.resolve_aliases,
+        **{path: scheme for scheme, path in REDIS_TRANSPORTS.items()},
+    }
+
+
+class AMQP(CeleryAMQP):  # type: ignore[misc]
+    """The app's messaging API, building its connections with :class:`Connection`."""
+
+    Connection = Connection
+    BrokerConnection = Connection

@@ -1,10 +1,9 @@
 """A test agent: the reference agent, plus handlers that fail or overrun on request.
 
-Workers load it with AGENTSTATE_AGENT=tests.agents. A message containing "stumble" makes
-understanding raise; "explode" makes planning raise; "dawdle" makes executing sleep past
-a 1 s deadline; "linger" makes it take LINGER_S (a window for killing or stopping the
-worker mid-phase); "unstorable" makes executing return a user-state change that raises
-when the engine commits it.
+Workers load it with AGENTSTATE_AGENT=tests.agents. A message containing "explode" makes
+planning raise; "dawdle" makes executing sleep past a 1 s deadline; "linger" makes it
+take LINGER_S (a window for killing or stopping the worker mid-phase); "unstorable"
+makes executing return a user-state change that raises when the engine commits it.
 """
 
 from __future__ import annotations
@@ -13,18 +12,12 @@ import time
 
 from state.agent import PhaseContext, PhaseResult
 from tasks import agent as reference
-from tasks.agent import evaluating, generating, retrieving
+from tasks.agent import evaluating, generating, retrieving, understanding
 
 __all__ = ["evaluating", "executing", "generating", "planning", "retrieving", "understanding"]
 
 DAWDLE_S = 3.0
 LINGER_S = 2.0
-
-
-def understanding(ctx: PhaseContext) -> PhaseResult:
-    if "stumble" in ctx.message:
-        raise RuntimeError("the understanding handler stumbled on purpose")
-    return reference.understanding(ctx)
 
 
 def planning(ctx: PhaseContext) -> PhaseResult:

@@ -33,7 +33,20 @@ def alarm(snap: Snapshot, dispatcher: Dispatcher) -> Iterator[None]:
     if snap.phase != Phase.EXECUTING or deadline is None:
         yield
         return
-    session_id = snap.session_id
+    key = ring_at(snap.session_id, deadline, dispatcher)
+    try:
+        yield
+    finally:
+        _alarms.unregister(key)
+
+
+def ring_at(session_id: str, deadline: float, dispatcher: Dispatcher) -> str:
+    """Enqueue the deadline check when ``deadline`` comes; return the alarm's key.
+
+    A turn waiting on its workflow is watched this way too: a countdown task would outlive
+    a workflow that finishes first and sit in the broker until the deadline. If this
+    process dies, the recovery sweep enforces the stored deadline.
+    """
     key = f"deadline:{session_id}:{deadline}"
 
     def ring() -> bool:
@@ -41,7 +54,4 @@ def alarm(snap: Snapshot, dispatcher: Dispatcher) -> Iterator[None]:
         return False  # once
 
     _alarms.register(key, max(0.0, deadline - time.time()), ring)
-    try:
-        yield
-    finally:
-        _alarms.unregister(key)
+    return key

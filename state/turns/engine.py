@@ -14,7 +14,6 @@ The rules of a turn are in ``state.turns.rules``; the durable timeout in
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -27,7 +26,7 @@ from state.sessions.snapshot import CommitResult, Snapshot
 from state.storage import keys
 from state.storage.cache import CachedEntry
 from state.turns import rules
-from state.turns.deadlines import alarm, deadline_passed
+from state.turns.deadlines import alarm, deadline_passed, ring_at
 from state.turns.draft import Delivery, Draft, Followups, PhaseOutcome
 from state.turns.interventions import TurnInterventions
 from state.turns.services import TurnServices
@@ -249,8 +248,7 @@ class TurnEngine:
         followups.steps.extend(draft.roots)
         followups.user_cache.extend(draft.user_writes)
         if draft.phase == Phase.EXECUTING and draft.roots:
-            # Waiting on a workflow: nothing runs in this process to watch the deadline,
-            # so a countdown task does. (A handler that runs is watched by its alarm.)
+            # Waiting on a workflow: an in-process alarm rings the deadline check.
             followups.deadline = draft.deadline
 
     def _send(self, session_id: str, followups: Followups) -> None:
@@ -260,7 +258,6 @@ class TurnEngine:
         for workflow_id, step_id, revision in followups.steps:
             dispatcher.step(workflow_id, step_id, revision)
         if followups.deadline is not None:
-            delay = max(0.0, followups.deadline - time.time())
-            dispatcher.timeout(session_id, followups.deadline, delay)
+            ring_at(session_id, followups.deadline, dispatcher)
         if followups.phase is not None:
             dispatcher.phase(followups.phase[0], session_id, followups.phase[1])

@@ -21,12 +21,16 @@ pytestmark = pytest.mark.workers
 AUTH = "tester:s3cret"
 
 
-def _get(url: str, auth: str | None = AUTH) -> Any:
+def _fetch(url: str, auth: str | None = AUTH) -> bytes:
     request = urllib.request.Request(url)
     if auth:
         request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
     with urllib.request.urlopen(request, timeout=5) as response:
-        return json.loads(response.read() or b"null")
+        return bytes(response.read())
+
+
+def _get(url: str, auth: str | None = AUTH) -> Any:
+    return json.loads(_fetch(url, auth) or b"null")
 
 
 @pytest.fixture(scope="module")
@@ -74,3 +78,14 @@ def test_flower_api_requires_the_basic_auth_credentials(flower: str) -> None:
     with pytest.raises(urllib.error.HTTPError) as refused:
         _get(f"{flower}/api/workers", auth=None)
     assert refused.value.code == 401
+
+
+def test_flower_shows_the_broker_and_the_queue_lengths(
+    flower: str, worker_settings: Settings
+) -> None:
+    # Flower picks its broker client by the URL's scheme; our transport must not hide it.
+    page = _fetch(f"{flower}/broker").decode()
+    assert worker_settings.queue in page
+    lengths = _get(f"{flower}/api/queues/length")
+    queues = {q["name"]: q["messages"] for q in lengths["active_queues"]}
+    assert isinstance(queues.get(worker_settings.queue), int), lengths

@@ -256,13 +256,3 @@ def test_a_bug_in_the_engine_is_not_turned_into_an_apology(
     assert snap is not None and snap.phase == "executing"  # nothing committed: retried later
     history = engine.services.sessions.history(session_id)
     assert all(m["metadata"].get("kind") != "apology" for m in history)
-
-
-def test_last_error_names_the_phase_whose_handler_failed(settings: Settings) -> None:
-    engine, dispatcher = engine_for(settings, "tests.agents")
-    session_id = uid("s")
-    for text, phase in (("stumble now", "understanding"), ("explode now", "planning")):
-        send(engine, dispatcher, session_id, text)
-        drain(engine, dispatcher)
-        doc = engine.services.sessions.document(session_id)
-        assert doc is not None and doc["metadata"]["last_error"]["phase"] == phase

@@ -80,7 +80,11 @@ EVERY_VARIABLE: dict[str, tuple[str, str, Any]] = {
     # variable: (value set, field, expected value)
     "AGENTSTATE_REDIS_URL": ("redis://r:1/3", "redis_url", "redis://r:1/3"),
     "AGENTSTATE_BROKER_URL": ("redis://b:2/4", "broker_url", "redis://b:2/4"),
-    "AGENTSTATE_DATABASE_URL": ("postgresql://db/x", "database_url", "postgresql://db/x"),
+    "AGENTSTATE_DATABASE_URL": (
+        "postgresql+psycopg2://db/x",
+        "database_url",
+        "postgresql+psycopg2://db/x",
+    ),
     "AGENTSTATE_LOCK_TIMEOUT": ("12", "lock_timeout", 12),
     "AGENTSTATE_SESSION_TTL": ("99", "session_ttl", 99),
     "AGENTSTATE_CACHE_TTL": ("77", "cache_ttl", 77),

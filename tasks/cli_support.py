@@ -1,0 +1,166 @@
+"""The command line's plumbing: how a failure is reported (one line, or one JSON object),
+argument types, and the database check of the read-only commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sqlite3
+import sys
+from collections.abc import Callable
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+from kombu.exceptions import OperationalError as BrokerError
+from pydantic import ValidationError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError as DatabaseError
+
+from config import Settings, redact_url, settings_error_line
+from state.errors import (
+    AgentStateError,
+    BadInputError,
+    DatabaseNotFoundError,
+    NotFoundError,
+    ServiceUnavailableError,
+)
+
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+# The "kind" of a JSON error, by exit status: 2 bad_input | not_found; 1 unavailable |
+# timeout | failure; 130 interrupted.
+KINDS = ("bad_input", "not_found", "unavailable", "timeout", "failure", "interrupted")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How a command failed: exit status, kind (one of KINDS) and a one-line message."""
+
+    status: int
+    kind: str
+    message: str
+
+
+def _settings_line(exc: BaseException) -> str:
+    return settings_error_line(exc) if isinstance(exc, ValidationError) else str(exc)
+
+
+def _unreachable(what: str, variable: str) -> Callable[[BaseException], str]:
+    def line(exc: BaseException) -> str:
+        detail = exc.orig if isinstance(exc, DatabaseError) else exc
+        return f"cannot reach {what}: {detail} (check {variable})"
+
+    return line
+
+
+# The first row an exception is an instance of says how it is reported. Order matters:
+# subclasses come before their bases.
+_RULES: list[tuple[tuple[type[BaseException], ...], int, str, Callable[[BaseException], str]]] = [
+    ((KeyboardInterrupt,), EXIT_INTERRUPTED, "interrupted", lambda _: "interrupted"),
+    ((ValidationError,), EXIT_BAD_INPUT, "bad_input", _settings_line),  # AGENTSTATE_* values
+    ((NotFoundError,), EXIT_BAD_INPUT, "not_found", str),
+    ((BadInputError,), EXIT_BAD_INPUT, "bad_input", str),
+    ((TimeoutError,), EXIT_FAILURE, "timeout", str),
+    (
+        (redis.RedisError,),
+        EXIT_FAILURE,
+        "unavailable",
+        _unreachable("Redis", "AGENTSTATE_REDIS_URL"),
+    ),
+    (
+        (BrokerError,),
+        EXIT_FAILURE,
+        "unavailable",
+        _unreachable("the broker", "AGENTSTATE_BROKER_URL"),
+    ),
+    (
+        (DatabaseError,),
+        EXIT_FAILURE,
+        "unavailable",
+        _unreachable("the database", "AGENTSTATE_DATABASE_URL"),
+    ),
+    ((ServiceUnavailableError,), EXIT_FAILURE, "unavailable", str),
+    ((AgentStateError,), EXIT_FAILURE, "failure", str),
+]
+
+
+def failure_of(exc: BaseException) -> Failure | None:
+    """How the CLI reports ``exc``; None for an unexpected error (a bug: its traceback shows)."""
+    for types, status, kind, describe in _RULES:
+        if isinstance(exc, types):
+            return Failure(status, kind, describe(exc))
+    return None
+
+
+def one_line(message: str) -> str:
+    """The first line of ``message``, credentials in URLs hidden."""
+    lines = redact_url(message).strip().splitlines()
+    return lines[0] if lines else "failed"
+
+
+def report(failure: Failure, as_json: bool) -> int:
+    """Print the failure (JSON on stdout, or one line on stderr); return its exit status."""
+    line = one_line(failure.message)
+    if as_json:
+        print(json.dumps({"error": line, "kind": failure.kind}))
+    else:
+        print(f"agentstate: error: {line}", file=sys.stderr)
+    return failure.status
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if math.isnan(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, not {text}")
+    return value
+
+
+def database_label(settings: Settings) -> str:
+    """The database in use, for messages: credentials hidden, a SQLite path made absolute."""
+    path = _sqlite_file(settings)
+    return f"sqlite:///{path}" if path else redact_url(settings.database_url)
+
+
+def check_readable(settings: Settings) -> None:
+    """Refuse a database that reading would create: a SQLite file that is not there, or a
+    database without the agentstate schema (DatabaseNotFoundError)."""
+    from state.storage.db import current_revision, get_engine
+
+    where = database_label(settings)
+    path = _sqlite_file(settings)
+    if path is not None and not path.exists():
+        raise DatabaseNotFoundError(f"no database at {where} (AGENTSTATE_DATABASE_URL)")
+    if path is not None:
+        found = _sqlite_has_schema(path, where)  # read-only: an empty file stays untouched
+    else:
+        found = current_revision(get_engine(settings.database_url)) is not None
+    if not found:
+        raise DatabaseNotFoundError(
+            f"no agentstate schema in {where} (AGENTSTATE_DATABASE_URL; "
+            "`agentstate db upgrade` creates it)"
+        )
+
+
+def _sqlite_has_schema(path: Path, where: str) -> bool:
+    try:
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as conn:
+            row = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+            ).fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise DatabaseNotFoundError(f"{where} is not a database: {exc}") from exc
+    return row is not None
+
+
+def _sqlite_file(settings: Settings) -> Path | None:
+    url = make_url(settings.database_url)
+    name = url.database
+    if url.get_backend_name() != "sqlite" or not name or name == ":memory:" or url.query:
+        return None  # in memory, or a URI filename whose meaning is SQLite's
+    return Path(name).resolve()

@@ -1,0 +1,97 @@
+"""What a Celery process checks before it serves: its settings, action modules and agent.
+
+A worker that cannot import its agent would accept every phase and fail each one, leaving
+the messages to the recovery sweep; it refuses to start instead, with one line on stderr
+and exit status 2. Both imports run with the current folder on ``sys.path``, exactly as
+Celery imports the modules in ``imports`` (``celery.utils.imports.cwd_in_path``), so
+``celery -A tasks worker`` run next to an app's agent module finds it. A prefork worker
+imports them once, before it forks its pool, and its children inherit them.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from celery.signals import celeryd_init, import_modules
+from celery.utils.imports import cwd_in_path
+from pydantic import ValidationError
+
+from config import get_settings, redact_url, settings_error_line
+from state.errors import AgentStateError
+
+EXIT_BAD_CONFIG = 2
+
+
+def check_action_modules() -> None:
+    """Import the modules named by AGENTSTATE_ACTION_MODULES (current folder importable)."""
+    from tasks.actions import import_action_modules
+
+    for module in get_settings().action_module_list:
+        with cwd_in_path():
+            try:
+                import_action_modules([module])
+            except Exception as exc:
+                raise AgentStateError(
+                    f"cannot import action module {module!r} (AGENTSTATE_ACTION_MODULES): "
+                    f"{_describe(exc)}"
+                ) from exc
+
+
+def check_agent() -> None:
+    """Import the agent named by AGENTSTATE_AGENT (current folder importable)."""
+    from state.agent import load_agent
+
+    dotted = get_settings().agent
+    with cwd_in_path():
+        try:
+            load_agent(dotted)
+        except AgentStateError as exc:
+            raise AgentStateError(f"{exc} (AGENTSTATE_AGENT)") from exc
+        except Exception as exc:
+            raise AgentStateError(
+                f"cannot import agent {dotted!r} (AGENTSTATE_AGENT): {_describe(exc)}"
+            ) from exc
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message``, and where a module's own code raised it (not a traceback)."""
+    if isinstance(exc, ImportError):
+        return str(exc)
+    text = f"{type(exc).__name__}: {exc}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames:
+        text += f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})"
+    return text
+
+
+def _or_exit(check: Callable[[], None]) -> None:
+    # Celery logs and ignores what a signal handler raises, so the refusal is an exit.
+    try:
+        check()
+    except ValidationError as exc:
+        _exit(settings_error_line(exc))
+    except AgentStateError as exc:
+        _exit(str(exc))
+
+
+def _exit(message: str) -> NoReturn:
+    line = " ".join(redact_url(message).split())
+    print(f"agentstate: error: {line}", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_BAD_CONFIG)
+
+
+@import_modules.connect
+def _before_task_modules(**_: Any) -> None:
+    # Sent by every Celery program that imports the task modules (worker, beat, Flower)
+    # right before it imports ``imports``, where a bad action module would be a traceback.
+    _or_exit(check_action_modules)
+
+
+@celeryd_init.connect
+def _before_worker(**_: Any) -> None:
+    # The first signal of `celery worker`: before its banner and before any task runs.
+    _or_exit(check_agent)
