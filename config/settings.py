@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
-import re
 from enum import StrEnum
 from functools import lru_cache
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from config.urls import check_url, redact_url
+from state.errors import ConfigurationError
+
+__all__ = ["HopPolicy", "Settings", "child_environment", "get_settings", "redact_url"]
 
 
 class HopPolicy(StrEnum):
@@ -52,6 +56,19 @@ class Settings(BaseSettings):
             raise ValueError("must not be empty")
         return value.strip()
 
+    @field_validator("redis_url", "broker_url", "database_url")
+    @classmethod
+    def _well_formed_url(cls, value: str, info: ValidationInfo) -> str:
+        # Raises ConfigurationError, not ValueError: pydantic would quote the URL (and its
+        # password) in its ValidationError.
+        if info.field_name == "broker_url" and not value:
+            return value  # defaults to the Redis URL
+        variable = f"AGENTSTATE_{str(info.field_name).upper()}"
+        check_url(variable, value, alternatives=info.field_name == "broker_url")
+        if info.field_name == "database_url":
+            check_database_url(variable, value)
+        return value
+
     @model_validator(mode="after")
     def _broker_defaults_to_redis(self) -> Settings:
         if not self.broker_url:
@@ -76,13 +93,17 @@ def get_settings() -> Settings:
     return Settings()
 
 
-# Up to the last "@" before the host: passwords may themselves contain "@".
-_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<cred>[^/\s]*)@")
+def check_database_url(variable: str, url: str) -> None:
+    """Refuse a URL SQLAlchemy cannot parse, without quoting it (its errors would)."""
+    from sqlalchemy.engine import make_url
 
-
-def redact_url(text: str) -> str:
-    """Hide the user:password part of every URL in ``text`` (for logs and errors)."""
-    return _CREDENTIALS.sub(lambda m: f"{m.group('scheme')}***@", text)
+    try:
+        make_url(url)
+    except Exception:
+        raise ConfigurationError(
+            f"{variable} is not a valid SQLAlchemy URL "
+            "(dialect+driver://user:password@host:port/database)"
+        ) from None
 
 
 def child_environment(settings: Settings) -> dict[str, str]:

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError
 
 from config import redact_url
-from state.errors import ServiceUnavailableError
+from state.errors import ConfigurationError, ServiceUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -23,20 +23,21 @@ _UPGRADE_LOCK_KEY = 0x61676E74
 _SQLITE_BUSY_TIMEOUT_S = 30
 _READ_ONLY = "agentstate_read_only"
 
-_engines: dict[tuple[str, int], Engine] = {}
-_checked: set[tuple[str, int]] = set()
+# Keyed by (url, isolation level, pid).
+_engines: dict[tuple[str, str | None, int], Engine] = {}
+_checked: set[tuple[str, str | None, int]] = set()
 _guard = threading.Lock()
 
 
 def get_engine(url: str, *, auto_migrate: bool = False, _isolation: str | None = None) -> Engine:
     """The engine for ``url`` in this process (engines never cross a fork)."""
-    key = (url, os.getpid())
+    key = (url, _isolation, os.getpid())
     engine = _engines.get(key)
     if engine is None:
         with _guard:
             engine = _engines.get(key)
             if engine is None:
-                engine = _create_engine(url.split("#", 1)[0], _isolation)
+                engine = _create_engine(url, _isolation)
                 _engines[key] = engine
     if auto_migrate and key not in _checked:
         ensure_schema(engine)
@@ -50,8 +51,7 @@ def autocommit_engine(engine: Engine) -> Engine:
     A pool of its own: switching a pooled connection in and out of autocommit costs a
     driver call each way, on the hottest path there is.
     """
-    url = engine.url.render_as_string(hide_password=False)
-    return get_engine(f"{url}#autocommit", _isolation="AUTOCOMMIT")
+    return get_engine(engine.url.render_as_string(hide_password=False), _isolation="AUTOCOMMIT")
 
 
 def dispose_engines() -> None:
@@ -64,7 +64,14 @@ def dispose_engines() -> None:
 
 
 def _create_engine(url: str, isolation: str | None = None) -> Engine:
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except Exception:
+        # SQLAlchemy's own errors quote the URL, password included.
+        raise ConfigurationError(
+            "not a valid database URL (check AGENTSTATE_DATABASE_URL; percent-escape special "
+            "characters in the user name and password)"
+        ) from None
     if parsed.get_backend_name() == "sqlite":
         return _create_sqlite_engine(url)
     options: dict[str, Any] = {"pool_size": 5, "max_overflow": 10, "pool_recycle": 1800}
@@ -116,7 +123,10 @@ def alembic_config(engine: Engine) -> Any:
 
     cfg = Config()
     cfg.set_main_option("script_location", str(SCHEMA_DIR))
-    cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
+    # No sqlalchemy.url: Alembic's options go through configparser, which reads "%" in a
+    # percent-escaped password as interpolation (and quotes the URL in its error). The
+    # migrations run on the connection upgrade_schema hands env.py.
+    cfg.attributes["engine"] = engine
     return cfg
 
 

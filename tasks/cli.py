@@ -19,6 +19,7 @@ from kombu.exceptions import OperationalError as BrokerError
 from sqlalchemy.exc import OperationalError as DatabaseError
 
 from config import get_settings, redact_url
+from config.urls import hide_secrets_in, scrub
 from state.errors import AgentStateError, BadInputError, NotFoundError, WorkflowSpecError
 from state.ids import validate_id
 from tasks import progress
@@ -30,6 +31,7 @@ Handler = Callable[[argparse.Namespace], Any]
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit status."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    hide_secrets_in(logging.getLogger())
     parser = build_parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "handler"):
@@ -68,7 +70,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _fail(status: int, message: str) -> int:
-    first_line = redact_url(message).strip().splitlines()[0] if message.strip() else "failed"
+    first_line = scrub(message).strip().splitlines()[0] if message.strip() else "failed"
     print(f"agentstate: error: {first_line}", file=sys.stderr)
     return status
 

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import io
+import logging
 import os
+import string
+import sys
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote, unquote
 
 import pytest
+from celery.utils.log import ColorFormatter
 from pydantic import ValidationError
 
 from config import HopPolicy, Settings, get_settings, redact_url
 from config.celery import celery_config
-from state.errors import BadInputError, InvalidIdError
+from config.urls import SecretFilter, hide_secrets_in
+from state.errors import BadInputError, ConfigurationError, InvalidIdError
 from state.ids import validate_id
 
 
@@ -189,6 +196,168 @@ def test_redact_url_hides_a_password_containing_at_sign() -> None:
 )
 def test_redact_url_leaves_urls_without_credentials(text: str) -> None:
     assert redact_url(text) == text
+
+
+@pytest.mark.parametrize("special", ["@", "/", "#", ":", "%", "@/#:%", "%40", "%2F%23"])
+def test_redact_url_hides_passwords_with_special_characters(special: str) -> None:
+    password = f"Zq7{special}Secret"
+    for url in (
+        f"postgresql+psycopg2://agent:{password}@db:5432/app",
+        f"redis://:{password}@cache:6379/0",
+        f"redis://agent:{password}@cache:6379/0",
+    ):
+        out = redact_url(f"failed on '{url}' at position 3")
+        assert "Zq7" not in out, out
+        assert "Secret" not in out, out
+        assert out.endswith("' at position 3")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "redis+socket:///tmp/redis.sock?db=0&password=Zq7Secret",
+        "host=db dbname=app password=Zq7Secret user=agent",
+        "amqp://h//?PASSWORD=Zq7Secret",
+    ],
+)
+def test_redact_url_hides_password_parameters(text: str) -> None:
+    assert "Zq7Secret" not in redact_url(text)
+    assert "***" in redact_url(text)
+
+
+# --- URLs in Settings -------------------------------------------------------------------
+
+URL_VARIABLES = ["AGENTSTATE_DATABASE_URL", "AGENTSTATE_REDIS_URL", "AGENTSTATE_BROKER_URL"]
+ESCAPED_PASSWORD = quote("Zq7" + string.punctuation + " é", safe="")
+
+
+@pytest.mark.parametrize("variable", URL_VARIABLES)
+@pytest.mark.parametrize(
+    "credentials",
+    [
+        "agent:Zq7#Secret",
+        "agent:Zq7/Secret",
+        "agent:Zq7?Secret",
+        "agent:Zq7@Secret",
+        "agent:Zq7 Secret",
+        "agent:Zq7%zzSecret",
+        "agent:12/Zq7Secret",
+        "agent:Zq7Secret\n",
+        "agent:Zq7é",
+    ],
+)
+def test_a_malformed_url_names_its_variable_and_nothing_of_it(
+    clean_env: pytest.MonkeyPatch, variable: str, credentials: str
+) -> None:
+    scheme = "postgresql+psycopg2" if variable == "AGENTSTATE_DATABASE_URL" else "redis"
+    clean_env.setenv(variable, f"{scheme}://{credentials}@127.0.0.1:5432/0")
+    with pytest.raises(ConfigurationError) as info:
+        get_settings()
+    message = str(info.value)
+    assert isinstance(info.value, BadInputError)
+    assert message.startswith(f"{variable} is not a valid")
+    assert "\n" not in message
+    assert "Zq7" not in message
+    assert info.value.__suppress_context__ or info.value.__context__ is None
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("AGENTSTATE_REDIS_URL", "localhost:6379"),
+        ("AGENTSTATE_REDIS_URL", "redis://cache:99999/0"),
+        ("AGENTSTATE_BROKER_URL", "redis://cache:abc/0"),
+        ("AGENTSTATE_DATABASE_URL", "postgres ql://u@h/db"),
+        ("AGENTSTATE_DATABASE_URL", "postgresql://u:p@h1:5432,h2:5433/db"),
+    ],
+)
+def test_other_malformed_urls_are_refused(
+    clean_env: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    clean_env.setenv(variable, value)
+    with pytest.raises(ConfigurationError, match=f"^{variable} is not a valid"):
+        get_settings()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///agentstate.db",
+        "sqlite:///:memory:",
+        "postgresql+psycopg2:///app?host=/var/run/postgresql",
+        "postgresql+psycopg2://agent@[::1]:5432/app",
+    ],
+)
+def test_database_urls_without_passwords_stay_valid(
+    clean_env: pytest.MonkeyPatch, url: str
+) -> None:
+    clean_env.setenv("AGENTSTATE_DATABASE_URL", url)
+    assert get_settings().database_url == url
+
+
+def test_percent_escaped_passwords_reach_every_client_intact(clean_env: pytest.MonkeyPatch) -> None:
+    from kombu.utils.url import parse_url
+    from redis.connection import parse_url as redis_parse_url
+    from sqlalchemy.engine import make_url
+
+    raw = unquote(ESCAPED_PASSWORD)
+    clean_env.setenv("AGENTSTATE_DATABASE_URL", f"postgresql://a%40b:{ESCAPED_PASSWORD}@db/app")
+    clean_env.setenv("AGENTSTATE_REDIS_URL", f"redis://a%40b:{ESCAPED_PASSWORD}@cache:6379/0")
+    clean_env.setenv(
+        "AGENTSTATE_BROKER_URL",
+        f"redis://:{ESCAPED_PASSWORD}@b1:6379/1;redis://:{ESCAPED_PASSWORD}@b2:6379/1",
+    )
+    s = get_settings()
+    database = make_url(s.database_url)
+    assert (database.username, database.password) == ("a@b", raw)
+    cache = redis_parse_url(s.redis_url)
+    assert (cache["username"], cache["password"]) == ("a@b", raw)
+    assert parse_url(s.broker_url.split(";")[0])["password"] == raw
+
+
+def test_settings_errors_for_other_fields_stay_validation_errors(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    clean_env.setenv("AGENTSTATE_REDIS_URL", f"redis://:{ESCAPED_PASSWORD}@cache:6379/0")
+    clean_env.setenv("AGENTSTATE_LOCK_TIMEOUT", "-1")
+    with pytest.raises(ValidationError) as info:
+        get_settings()
+    assert "Zq7" not in str(info.value)
+
+
+@pytest.mark.parametrize("formatter", [logging.Formatter(), ColorFormatter(use_color=False)])
+def test_log_records_lose_accepted_passwords(
+    clean_env: pytest.MonkeyPatch, formatter: logging.Formatter
+) -> None:
+    clean_env.setenv("AGENTSTATE_DATABASE_URL", f"postgresql://agent:{ESCAPED_PASSWORD}@db/app")
+    get_settings()
+    raw = unquote(ESCAPED_PASSWORD)
+    try:
+        raise ValueError(f"could not use {raw!r} (escaped {ESCAPED_PASSWORD})")
+    except ValueError:
+        record = logging.LogRecord(
+            "x", logging.ERROR, __file__, 1, "failed: %s", (raw,), sys.exc_info()
+        )
+    handler = logging.StreamHandler(io.StringIO())
+    handler.setFormatter(formatter)
+    handler.addFilter(SecretFilter())
+    handler.handle(record)
+    out = handler.stream.getvalue()
+    assert "failed: ***" in out
+    assert "ValueError: could not use" in out
+    assert "Zq7" not in out
+
+
+def test_hide_secrets_in_adds_one_filter_per_handler() -> None:
+    logger = logging.getLogger("agentstate-test-filters")
+    handler = logging.NullHandler()
+    logger.addHandler(handler)
+    try:
+        hide_secrets_in(logger)
+        hide_secrets_in(logger)
+        assert sum(isinstance(f, SecretFilter) for f in handler.filters) == 1
+    finally:
+        logger.removeHandler(handler)
 
 
 # --- ids ------------------------------------------------------------------------------
