@@ -14,6 +14,7 @@ from sqlalchemy.exc import DBAPIError
 
 from config import redact_url
 from state.errors import ConfigurationError, ServiceUnavailableError
+from state.forksafe import track_engine
 
 logger = logging.getLogger(__name__)
 
@@ -30,14 +31,14 @@ _guard = threading.Lock()
 
 
 def get_engine(url: str, *, auto_migrate: bool = False, _isolation: str | None = None) -> Engine:
-    """The engine for ``url`` in this process (engines never cross a fork)."""
+    """The engine for ``url`` in this process (a child forked later empties its pool)."""
     key = (url, _isolation, os.getpid())
     engine = _engines.get(key)
     if engine is None:
         with _guard:
             engine = _engines.get(key)
             if engine is None:
-                engine = _create_engine(url, _isolation)
+                engine = track_engine(_create_engine(url, _isolation))
                 _engines[key] = engine
     if auto_migrate and key not in _checked:
         ensure_schema(engine)

@@ -13,6 +13,7 @@ from celery.signals import after_setup_logger, after_setup_task_logger, worker_p
 from config import Settings, get_settings
 from config.celery import celery_config
 from config.urls import hide_secrets_in
+from tasks.forksafe import track_app
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ def make_app(settings: Settings | None = None) -> Celery:
     application = Celery("agentstate")
     source = _ConfigFromEnvironment() if settings is None else celery_config(settings)
     application.config_from_object(source)
-    return application
+    return track_app(application)
 
 
 app = make_app()
