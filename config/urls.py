@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import threading
+from pathlib import Path
 from urllib.parse import quote, unquote
 
 from state.errors import ConfigurationError
@@ -167,3 +168,17 @@ def hide_secrets_in(logger: logging.Logger) -> None:
     for handler in logger.handlers:
         if not any(isinstance(f, SecretFilter) for f in handler.filters):
             handler.addFilter(SecretFilter())
+
+
+def read_secret_file(variable: str, path: str) -> str:
+    """The value in the file ``variable`` names (a Docker or Kubernetes secret), without
+    the trailing newline editors add; ConfigurationError if it is unreadable or empty."""
+    try:
+        value = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigurationError(f"{variable}: cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigurationError(f"{variable}: {path} is not UTF-8 text") from None
+    if not value:
+        raise ConfigurationError(f"{variable}: {path} is empty")
+    return value

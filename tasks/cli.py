@@ -171,7 +171,7 @@ def cmd_db_upgrade(args: argparse.Namespace) -> None:
     from state.db import get_engine, upgrade_schema
 
     settings = get_settings()
-    revision = upgrade_schema(get_engine(settings.database_url))
+    revision = upgrade_schema(get_engine(settings.database_url, pool_size=1, max_overflow=0))
     where = redact_url(settings.database_url)
     _emit(
         args,

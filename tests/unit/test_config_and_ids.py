@@ -8,14 +8,16 @@ import os
 import string
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
 import pytest
 from celery.utils.log import ColorFormatter
 from pydantic import ValidationError
+from sqlalchemy.pool import QueuePool
 
-from config import HopPolicy, Settings, get_settings, redact_url
+from config import HopPolicy, Settings, child_environment, get_settings, redact_url
 from config.celery import celery_config
 from config.urls import SecretFilter, hide_secrets_in
 from state.errors import BadInputError, ConfigurationError, InvalidIdError
@@ -94,6 +96,11 @@ EVERY_VARIABLE: dict[str, tuple[str, str, Any]] = {
     "AGENTSTATE_MAX_MESSAGE_BYTES": ("1024", "max_message_bytes", 1024),
     "AGENTSTATE_STUCK_AFTER": ("2.5", "stuck_after", 2.5),
     "AGENTSTATE_HOP_POLICY": ("inline", "hop_policy", HopPolicy.INLINE),
+    "AGENTSTATE_DB_POOL_SIZE": ("3", "db_pool_size", 3),
+    "AGENTSTATE_DB_MAX_OVERFLOW": ("4", "db_max_overflow", 4),
+    "AGENTSTATE_TASK_SOFT_TIME_LIMIT": ("100", "task_soft_time_limit", 100),
+    "AGENTSTATE_TASK_TIME_LIMIT": ("200", "task_time_limit", 200),
+    "AGENTSTATE_WORKER_MAX_MEMORY_PER_CHILD": ("1024", "worker_max_memory_per_child", 1024),
 }
 
 
@@ -147,6 +154,10 @@ def test_action_module_list_splits_commas(
         ("AGENTSTATE_HOP_POLICY", "sometimes"),
         ("AGENTSTATE_HOP_POLICY", "INLINE!"),
         ("AGENTSTATE_AGENT", "   "),
+        ("AGENTSTATE_DB_POOL_SIZE", "0"),
+        ("AGENTSTATE_DB_MAX_OVERFLOW", "-1"),
+        ("AGENTSTATE_TASK_TIME_LIMIT", "-1"),
+        ("AGENTSTATE_WORKER_MAX_MEMORY_PER_CHILD", "-1"),
     ],
 )
 def test_invalid_values_are_refused(clean_env: pytest.MonkeyPatch, name: str, value: str) -> None:
@@ -358,6 +369,138 @@ def test_hide_secrets_in_adds_one_filter_per_handler() -> None:
         assert sum(isinstance(f, SecretFilter) for f in handler.filters) == 1
     finally:
         logger.removeHandler(handler)
+
+
+# --- URLs from files (AGENTSTATE_*_URL_FILE) -------------------------------------------
+
+
+@pytest.mark.parametrize("variable", URL_VARIABLES)
+def test_a_url_can_come_from_a_file(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, variable: str
+) -> None:
+    scheme = "postgresql+psycopg2" if variable == "AGENTSTATE_DATABASE_URL" else "redis"
+    url = f"{scheme}://agent:{ESCAPED_PASSWORD}@db:5432/1"
+    secret = tmp_path / "url"
+    secret.write_text(url + "\n")  # editors end files with a newline
+    clean_env.setenv(f"{variable}_FILE", str(secret))
+    settings = get_settings()
+    field = variable.removeprefix("AGENTSTATE_").lower()
+    assert getattr(settings, field) == url
+    if variable == "AGENTSTATE_REDIS_URL":
+        assert settings.broker_url == url  # the broker still defaults to the Redis URL
+
+
+def test_a_url_file_and_its_variable_together_are_refused(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "url").write_text("redis://cache:6379/0")
+    clean_env.setenv("AGENTSTATE_REDIS_URL_FILE", str(tmp_path / "url"))
+    clean_env.setenv("AGENTSTATE_REDIS_URL", "redis://other:6379/0")
+    with pytest.raises(
+        ConfigurationError, match=r"^set AGENTSTATE_REDIS_URL or AGENTSTATE_REDIS_URL_FILE"
+    ):
+        get_settings()
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "AGENTSTATE_DATABASE_URL_FILE: cannot read .*: No such file or directory$"),
+        ("", "AGENTSTATE_DATABASE_URL_FILE: .* is empty$"),
+        (b"\xff\xfe", "AGENTSTATE_DATABASE_URL_FILE: .* is not UTF-8 text$"),
+        ("postgresql://agent:Zq7#x@db/app", "^the URL in AGENTSTATE_DATABASE_URL_FILE .* not a"),
+        ("postgresql://agent:Zq7@db/app\npostgresql://b@c/d", "whitespace"),
+    ],
+)
+def test_a_bad_url_file_is_one_line_naming_it(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, content: str | bytes | None, expected: str
+) -> None:
+    secret = tmp_path / "url"
+    if isinstance(content, bytes):
+        secret.write_bytes(content)
+    elif content is not None:
+        secret.write_text(content)
+    clean_env.setenv("AGENTSTATE_DATABASE_URL_FILE", str(secret))
+    with pytest.raises(ConfigurationError, match=expected) as info:
+        get_settings()
+    assert "Zq7" not in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_children_read_the_same_files_and_get_no_url_in_their_environment(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "db").write_text(f"postgresql://agent:{ESCAPED_PASSWORD}@db/app")
+    (tmp_path / "redis").write_text(f"redis://:{ESCAPED_PASSWORD}@cache:6379/0")
+    clean_env.setenv("AGENTSTATE_DATABASE_URL_FILE", str(tmp_path / "db"))
+    clean_env.setenv("AGENTSTATE_REDIS_URL_FILE", str(tmp_path / "redis"))
+    parent = get_settings()
+    env = child_environment(parent)
+    assert not any("Zq7" in value for value in env.values())
+    for name in [k for k in os.environ if k.startswith("AGENTSTATE_")]:
+        clean_env.delenv(name)
+    for name, value in env.items():
+        if name.startswith("AGENTSTATE_"):
+            clean_env.setenv(name, value)
+    get_settings.cache_clear()
+    assert get_settings() == parent
+
+
+# --- pools, time limits, memory ---------------------------------------------------------
+
+
+def test_time_limits_default_above_the_phase_deadlines(clean_env: pytest.MonkeyPatch) -> None:
+    s = get_settings()
+    assert (s.task_soft_time_limit, s.task_time_limit) == (300, 360)
+    slow = Settings(execution_timeout=5000.0)
+    assert slow.task_soft_time_limit > 5000 and slow.task_time_limit > slow.task_soft_time_limit
+    only_hard = Settings(task_time_limit=50.0)
+    assert 30 < only_hard.task_soft_time_limit < 50
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"task_time_limit": 20.0}, "AGENTSTATE_TASK_TIME_LIMIT must be above"),
+        ({"task_time_limit": 100.0, "execution_timeout": 100.0}, "must be above"),
+        ({"task_soft_time_limit": 400.0}, "AGENTSTATE_TASK_SOFT_TIME_LIMIT must be below"),
+    ],
+)
+def test_inconsistent_time_limits_are_refused(
+    clean_env: pytest.MonkeyPatch, overrides: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        Settings(**overrides)
+
+
+def test_celery_gets_time_limits_and_memory_recycling(clean_env: pytest.MonkeyPatch) -> None:
+    conf = celery_config(Settings(task_time_limit=100.0, worker_max_memory_per_child=2048))
+    assert conf["task_time_limit"] == 100
+    assert conf["task_soft_time_limit"] == 80
+    assert conf["worker_max_memory_per_child"] == 2048
+    assert (
+        celery_config(Settings(worker_max_memory_per_child=0))["worker_max_memory_per_child"]
+        is None
+    )
+    assert celery_config(Settings())["worker_max_memory_per_child"] == 512_000
+
+
+def test_engines_use_the_pool_sizes_of_settings(clean_env: pytest.MonkeyPatch) -> None:
+    from state.backend import Backend
+    from state.db import autocommit_engine
+
+    settings = Settings(
+        database_url="postgresql+psycopg2://agent@127.0.0.1:1/nowhere",  # never connected
+        db_pool_size=3,
+        db_max_overflow=4,
+        auto_migrate=False,
+    )
+    engine = Backend.build(settings).engine
+    sibling = autocommit_engine(engine)
+    for pool in (engine.pool, sibling.pool):
+        assert isinstance(pool, QueuePool)
+        assert (pool.size(), pool._max_overflow) == (3, 4)
+    assert sibling is not engine
 
 
 # --- ids ------------------------------------------------------------------------------
