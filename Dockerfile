@@ -1,6 +1,10 @@
 # agentstate image: one image for every role (worker, beat, flower, migrate); the role is
 # the command (see docker-compose.yml). Default: a Celery worker.
-FROM python:3.11-slim
+#
+# The base image is pinned by digest (python:3.11.16-slim, multi-platform index, as the
+# docker-library/repo-info records list it): a rebuild gets the same bytes. To move on,
+# take the new digest from `docker buildx imagetools inspect python:3.11-slim`.
+FROM python:3.11.16-slim@sha256:8203f8b7cc03e7a0b2da2a7bfebdb7e39d985983791e2aba5b01cc535bf36f53
 
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -14,18 +18,19 @@ RUN groupadd --system --gid 10001 agentstate \
 
 WORKDIR /app
 
-# Project metadata first: the dependency layer below is rebuilt only when it changes.
-COPY pyproject.toml README.md ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
-    && pip install --no-cache-dir -r /tmp/requirements.txt \
-    && rm /tmp/requirements.txt
+# Every dependency, and the build backend, at the exact version and with the hashes of
+# requirements.lock (`make lock` regenerates it from pyproject.toml): a tampered or
+# substituted package fails the build. This layer is rebuilt only when the lock changes.
+COPY requirements.lock ./
+RUN pip install --no-cache-dir --require-hashes -r requirements.lock
 
-# Then the packages (and alembic.ini, for running Alembic by hand) and the project itself.
+# Then the project itself, against exactly those packages (no resolver, no downloads).
+COPY pyproject.toml README.md ./
 COPY config/ config/
 COPY state/ state/
 COPY tasks/ tasks/
 COPY alembic.ini ./
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir --no-deps --no-build-isolation --no-index .
 
 # Source stays root-owned and read-only for the runtime user; Celery beat keeps its
 # schedule under the temp dir (/tmp), which is writable.

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install services lint typecheck unit test demo bench clean
+.PHONY: install services lint typecheck unit test demo bench lock clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,16 @@ demo: install services
 bench: install services
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[bench]'
 	$(BIN)/python -m bench
+
+# requirements.lock (the Docker image installs exactly it): every dependency of
+# pyproject.toml and the build backend, pinned, with the hashes of PyPI's files.
+lock:
+	$(PYTHON) -m venv $(VENV)/pip-tools
+	$(VENV)/pip-tools/bin/pip install --quiet --disable-pip-version-check pip-tools==7.6.2
+	env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null \
+		CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/pip-tools/bin/pip-compile --quiet \
+		--generate-hashes --allow-unsafe --all-build-deps --strip-extras --no-emit-index-url \
+		--output-file requirements.lock pyproject.toml
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache agentstate.db*

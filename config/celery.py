@@ -35,6 +35,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
+        # A runaway task is stopped (the sweep resumes its work), a leaking child replaced.
+        "task_soft_time_limit": settings.task_soft_time_limit,
+        "task_time_limit": settings.task_time_limit,
+        "worker_max_memory_per_child": settings.worker_max_memory_per_child or None,
         # Flower watches the workers' task events (received, started, succeeded, ...).
         # A "sent" event per enqueue would double the cost of every hop for one more
         # state in Flower's table, so it is off.

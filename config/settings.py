@@ -3,14 +3,30 @@
 from __future__ import annotations
 
 import os
-import re
 from enum import StrEnum
 from functools import lru_cache
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from config import urls
+from config.urls import (
+    check_broker_url,
+    check_database_url,
+    check_redis_url,
+    check_url,
+    read_secret_file,
+    redact_url,
+)
+from state.errors import ConfigurationError
+
+__all__ = [
+    "HopPolicy",
+    "Settings",
+    "child_environment",
+    "get_settings",
+    "redact_url",
+    "settings_error_line",
+]
 
 
 class HopPolicy(StrEnum):
@@ -23,12 +39,19 @@ class HopPolicy(StrEnum):
 class Settings(BaseSettings):
     """Every knob of agentstate; see the README's configuration table."""
 
-    model_config = SettingsConfigDict(env_prefix="AGENTSTATE_", frozen=True, extra="ignore")
+    # No input in validation errors: they would quote URLs, passwords included.
+    model_config = SettingsConfigDict(
+        env_prefix="AGENTSTATE_", frozen=True, extra="ignore", hide_input_in_errors=True
+    )
 
     # URLs may carry passwords: kept out of repr() so that logging Settings leaks none.
     redis_url: str = Field("redis://localhost:6379/0", repr=False)
     broker_url: str = Field("", repr=False)
     database_url: str = Field("sqlite:///agentstate.db", repr=False)
+    # Files holding those URLs (Docker/Kubernetes secrets), instead of the variables.
+    redis_url_file: str = ""
+    broker_url_file: str = ""
+    database_url_file: str = ""
     lock_timeout: float = Field(30.0, gt=0)
     session_ttl: float = Field(3600.0, gt=0)
     cache_ttl: int = Field(3600, gt=0)
@@ -51,6 +74,16 @@ class Settings(BaseSettings):
     auto_migrate: bool = True
     queue: str = "agentstate"
     baseline_tasks: bool = False
+    # Per engine, and each process has two (one in autocommit mode): see the README.
+    db_pool_size: int = Field(5, ge=1)
+    db_max_overflow: int = Field(10, ge=0)
+    # Celery: a task past the soft limit gets SoftTimeLimitExceeded, past the hard one its
+    # process is killed (the recovery sweep then resumes its turn or step). 0: derived from
+    # EXECUTION_TIMEOUT and LOCK_TIMEOUT (at least 360 s hard, 60 s less soft).
+    task_soft_time_limit: float = Field(0.0, ge=0)
+    task_time_limit: float = Field(0.0, ge=0)
+    # KiB of resident memory after which a worker child is replaced (0: never).
+    worker_max_memory_per_child: int = Field(512_000, ge=0)
 
     @field_validator("agent", "queue")
     @classmethod
@@ -59,26 +92,46 @@ class Settings(BaseSettings):
             raise ValueError("must not be empty")
         return value.strip()
 
-    @field_validator("database_url")
+    @field_validator("redis_url", "broker_url", "database_url")
     @classmethod
-    def _supported_database(cls, value: str) -> str:
-        return urls.check_database_url(value)
-
-    @field_validator("redis_url")
-    @classmethod
-    def _redis_url(cls, value: str) -> str:
-        return urls.check_redis_url(value)
-
-    @field_validator("broker_url")
-    @classmethod
-    def _broker_url(cls, value: str) -> str:
-        return urls.check_broker_url(value)
+    def _well_formed_url(cls, value: str, info: ValidationInfo) -> str:
+        if info.field_name == "broker_url" and not value:
+            return value  # defaults to the Redis URL
+        field = str(info.field_name)
+        return check_service_url(field, value, f"AGENTSTATE_{field.upper()}")
 
     @model_validator(mode="after")
-    def _broker_defaults_to_redis(self) -> Settings:
+    def _resolve_urls_and_limits(self) -> Settings:
+        # ConfigurationError, never ValueError, from here: pydantic would quote the input.
+        for field in URL_FIELDS:
+            path = getattr(self, f"{field}_file")
+            if path:
+                variable = f"AGENTSTATE_{field.upper()}"
+                if field in self.model_fields_set:
+                    raise ConfigurationError(f"set {variable} or {variable}_FILE, not both")
+                url = read_secret_file(f"{variable}_FILE", path)
+                check_service_url(field, url, f"the URL in {variable}_FILE ({path})")
+                object.__setattr__(self, field, url)
         if not self.broker_url:
             object.__setattr__(self, "broker_url", self.redis_url)
+        self._derive_time_limits()
         return self
+
+    def _derive_time_limits(self) -> None:
+        longest = max(self.execution_timeout, self.lock_timeout)
+        hard = self.task_time_limit or max(MIN_TIME_LIMIT_S, longest + 2 * TIME_LIMIT_GRACE_S)
+        soft = self.task_soft_time_limit or max(hard - TIME_LIMIT_GRACE_S, hard * 0.8)
+        if hard <= longest:
+            raise ConfigurationError(
+                "AGENTSTATE_TASK_TIME_LIMIT must be above AGENTSTATE_EXECUTION_TIMEOUT and "
+                "AGENTSTATE_LOCK_TIMEOUT (a task killed sooner could never finish its phase)"
+            )
+        if soft >= hard:
+            raise ConfigurationError(
+                "AGENTSTATE_TASK_SOFT_TIME_LIMIT must be below AGENTSTATE_TASK_TIME_LIMIT"
+            )
+        object.__setattr__(self, "task_time_limit", hard)
+        object.__setattr__(self, "task_soft_time_limit", soft)
 
     @property
     def action_module_list(self) -> list[str]:
@@ -88,7 +141,9 @@ class Settings(BaseSettings):
     @property
     def visibility_timeout_s(self) -> int:
         """Broker redelivery delay: well above the longest task we run."""
-        longest = max(self.execution_timeout, self.lock_timeout, self.stuck_after)
+        longest = max(
+            self.execution_timeout, self.lock_timeout, self.stuck_after, self.task_time_limit
+        )
         return int(max(3600.0, longest * 4))
 
 
@@ -96,6 +151,39 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """The process-wide Settings (``get_settings.cache_clear()`` to re-read)."""
     return Settings()
+
+
+URL_FIELDS = ("redis_url", "broker_url", "database_url")
+MIN_TIME_LIMIT_S = 360.0
+TIME_LIMIT_GRACE_S = 60.0
+
+
+def check_service_url(field: str, url: str, variable: str) -> str:
+    """``url`` if it is a well-formed value for ``field``; else ConfigurationError naming
+    ``variable`` and quoting nothing of the URL."""
+    check_url(variable, url, alternatives=field == "broker_url")
+    if field == "database_url":
+        from sqlalchemy.engine import make_url
+
+        try:
+            make_url(url)
+        except Exception:
+            raise ConfigurationError(
+                f"{variable} is not a valid SQLAlchemy URL "
+                "(dialect+driver://user:password@host:port/database)"
+            ) from None
+    try:
+        SUPPORTED_CHECKS[field](url)
+    except ValueError as exc:
+        raise ConfigurationError(f"{variable}: {exc}") from None
+    return url
+
+
+SUPPORTED_CHECKS = {
+    "database_url": check_database_url,
+    "redis_url": check_redis_url,
+    "broker_url": check_broker_url,
+}
 
 
 def settings_error_line(exc: ValidationError) -> str:
@@ -110,19 +198,16 @@ def settings_error_line(exc: ValidationError) -> str:
     return "bad setting " + "; ".join(parts)
 
 
-# Up to the last "@" before the host: passwords may themselves contain "@".
-_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<cred>[^/\s]*)@")
-
-
-def redact_url(text: str) -> str:
-    """Hide the user:password part of every URL in ``text`` (for logs and errors)."""
-    return _CREDENTIALS.sub(lambda m: f"{m.group('scheme')}***@", text)
-
-
 def child_environment(settings: Settings) -> dict[str, str]:
     """This process's environment, with AGENTSTATE_* replaced by ``settings`` exactly (for
     the worker processes the demo, tests and benchmarks start)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTSTATE_")}
-    for name, value in settings.model_dump().items():
+    values = settings.model_dump()
+    for field in URL_FIELDS:
+        if values[f"{field}_file"]:
+            del values[field]  # the child reads the same file (and the URL stays off env)
+    if settings.redis_url_file and not settings.broker_url_file:
+        values.pop("broker_url", None)  # it defaulted to the Redis URL: it will again
+    for name, value in values.items():
         env[f"AGENTSTATE_{name.upper()}"] = str(getattr(value, "value", value))
     return env

@@ -1,16 +1,193 @@
-"""Checks of the URLs in Settings: a malformed or unsupported URL is refused when the
-settings are read, with a message that names the problem but never echoes the URL (it may
-carry a password)."""
+"""Service URLs carry passwords: they are checked when Settings load, and no password
+reaches an error line, a log record or a traceback.
+
+Three layers: a malformed URL is refused with a message that names its variable and
+nothing of its value (``check_url``); URLs inside messages lose their credentials
+(``redact_url``); and the passwords of every URL Settings accepted are scrubbed from log
+records by value (``SecretFilter``), whatever library echoed them.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
 import re
-from urllib.parse import urlsplit
+import threading
+from pathlib import Path
+from urllib.parse import quote, unquote, urlsplit
+
+from state.errors import ConfigurationError
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
+# RFC 3986 userinfo: unreserved, sub-delims, ":" and %XX; every other character must be
+# percent-escaped, or parsers disagree about where the password ends.
+_USERINFO = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:]|%[0-9A-Fa-f]{2})*")
+_HOST_PORT = re.compile(
+    r"(?:\[[0-9A-Fa-f:.]+\]|(?:[A-Za-z0-9\-._~!$&'()*+;=]|%[0-9A-Fa-f]{2})*)(?::(?P<port>\d*))?"
+)
+_MAX_PORT = 65535
+_HINT = (
+    "percent-escape special characters in the user name and password "
+    "(% as %25, @ as %40, / as %2F, # as %23, ? as %3F, ; as %3B)"
+)
+
+# Up to the last "@" of a whitespace-free run: passwords may themselves contain "@", and
+# a malformed one may contain "/" (hiding a host too much beats showing a password).
+_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<cred>\S*)@")
+# libpq DSNs and URL query strings: "password=..." after a separator or at the start.
+_QUERY_PASSWORD = re.compile(r"(?i)(?P<key>(?<![^?&;\s])(?:password|passwd|pwd)=)[^&;\s]*")
+# Shorter passwords are not scrubbed by value: replacing every "ab" would garble logs.
+MIN_SCRUBBED_LENGTH = 4
+
+
+class _Secrets:
+    """The passwords of every accepted URL, longest first (so that a password containing
+    another is hidden whole)."""
+
+    def __init__(self) -> None:
+        self.known: set[str] = set()
+        self.ordered: tuple[str, ...] = ()
+        self.guard = threading.Lock()
+
+    def add(self, values: set[str]) -> None:
+        new = {v for v in values if len(v) >= MIN_SCRUBBED_LENGTH} - self.known
+        if new:
+            with self.guard:
+                self.known.update(new)
+                self.ordered = tuple(sorted(self.known, key=len, reverse=True))
+
+
+_secrets = _Secrets()
+
+
+def redact_url(text: str) -> str:
+    """Hide the user:password part (and ``password=`` parameters) of every URL in ``text``."""
+    if "://" not in text and "=" not in text:  # the common case, cheaply
+        return text
+    text = _CREDENTIALS.sub(lambda m: f"{m.group('scheme')}***@", text)
+    return _QUERY_PASSWORD.sub(lambda m: f"{m.group('key')}***", text)
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with ``url``, in words that quote nothing of it (None if nothing)."""
+    if not url:
+        return "it is empty"
+    if any(ch.isspace() or not ch.isprintable() for ch in url):
+        return f"it contains whitespace or a control character; {_HINT}"
+    scheme, separator, rest = url.partition("://")
+    if not separator or not _SCHEME.fullmatch(scheme):
+        return "expected scheme://[user:password@]host[:port][/path]"
+    return _authority_problem(rest)
+
+
+def _authority_problem(rest: str) -> str | None:
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    if authority and "@" in rest[len(authority) :]:
+        return f"the user name or password contains an unescaped '/', '?' or '#'; {_HINT}"
+    userinfo, at, hosts = authority.rpartition("@")
+    if at and not _USERINFO.fullmatch(userinfo):
+        return f"the user name or password contains a character that must be escaped; {_HINT}"
+    for host in hosts.split(","):  # libpq and Redis Sentinel accept lists of hosts
+        match = _HOST_PORT.fullmatch(host)
+        if match is None or int(match.group("port") or 0) > _MAX_PORT:
+            return f"the host or port is malformed (a port is a number up to 65535); {_HINT}"
+    return None
+
+
+def check_url(variable: str, url: str, *, alternatives: bool = False) -> str:
+    """``url`` if it is well formed, else ConfigurationError naming ``variable`` only.
+
+    With ``alternatives``, ``url`` may be a ``;``-separated failover list (Celery's
+    broker URL). The passwords of an accepted URL are scrubbed from logs from now on.
+    """
+    for part in url.split(";") if alternatives else [url]:
+        problem = url_problem(part)
+        if problem is not None:
+            raise ConfigurationError(f"{variable} is not a valid URL: {problem}")
+        remember_secrets(part)
+    return url
+
+
+def remember_secrets(url: str) -> None:
+    """Scrub the password of ``url`` (as written, decoded and re-escaped) from logs."""
+    rest = url.partition("://")[2]
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    userinfo = authority.rpartition("@")[0]
+    found = [userinfo.partition(":")[2]]
+    found += [m.group(0).split("=", 1)[1] for m in _QUERY_PASSWORD.finditer(rest)]
+    _secrets.add({form for written in found for form in _spellings(written)})
+
+
+def _spellings(written: str) -> set[str]:
+    """A password as written in the URL, decoded, re-escaped, and quoted the ways
+    ``repr`` and JSON quote it inside a message (a logged exception is often a repr)."""
+    raw = unquote(written)
+    backslashed = raw.replace("\\", "\\\\")
+    return {
+        written,
+        raw,
+        quote(raw, safe=""),
+        backslashed,
+        backslashed.replace("'", "\\'"),
+        backslashed.replace('"', '\\"'),
+        json.dumps(raw)[1:-1],
+    }
+
+
+def scrub(text: str) -> str:
+    """``text`` without URL credentials and without any password Settings accepted."""
+    text = redact_url(text)
+    for secret in _secrets.ordered:
+        if secret in text:
+            text = text.replace(secret, "***")
+    return text
+
+
+class SecretFilter(logging.Filter):
+    """Scrubs a record's message, traceback and stack before any handler formats it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+            clean = scrub(message)
+            if clean != message:
+                record.msg, record.args = clean, None
+            if record.exc_info and not record.exc_text:
+                record.exc_text = logging.Formatter().formatException(record.exc_info)
+            if record.exc_text:
+                record.exc_text = scrub(record.exc_text)
+            if record.stack_info:
+                record.stack_info = scrub(record.stack_info)
+        except Exception:  # a filter must never stop a record from being logged
+            return True
+        return True
+
+
+def hide_secrets_in(logger: logging.Logger) -> None:
+    """Put a SecretFilter on every handler of ``logger`` (once each)."""
+    for handler in logger.handlers:
+        if not any(isinstance(f, SecretFilter) for f in handler.filters):
+            handler.addFilter(SecretFilter())
+
+
+def read_secret_file(variable: str, path: str) -> str:
+    """The value in the file ``variable`` names (a Docker or Kubernetes secret), without
+    the trailing newline editors add; ConfigurationError if it is unreadable or empty."""
+    try:
+        value = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigurationError(f"{variable}: cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigurationError(f"{variable}: {path} is not UTF-8 text") from None
+    if not value:
+        raise ConfigurationError(f"{variable}: {path} is empty")
+    return value
+
 
 # The database backends (and drivers) the stores are written and tested for.
 DATABASE_DRIVERS = {"sqlite": ("pysqlite",), "postgresql": ("psycopg2",)}
 REDIS_SCHEMES = ("redis", "rediss", "unix")
-_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.\-]*://")
+_BROKER_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.\-]*://")
 
 
 def check_database_url(url: str) -> str:
@@ -23,6 +200,8 @@ def check_database_url(url: str) -> str:
     except (ArgumentError, ValueError) as exc:
         raise ValueError("not a database URL (postgresql+psycopg2://... or sqlite:///...)") from exc
     backend = parsed.get_backend_name()
+    if parsed.drivername == "postgresql":
+        return url  # no driver named: the engine uses psycopg2 (see state.storage.db)
     # The driver is only looked up for a known backend (it imports the dialect).
     driver = parsed.get_driver_name() if backend in DATABASE_DRIVERS else None
     if driver not in DATABASE_DRIVERS.get(backend, ()):
@@ -47,7 +226,7 @@ def check_redis_url(url: str) -> str:
 def check_broker_url(url: str) -> str:
     """``url`` if it looks like a kombu broker URL ('' means: the Redis URL)."""
     for part in filter(None, url.split(";")):  # kombu's failover list
-        if not _SCHEME.match(part):
+        if not _BROKER_SCHEME.match(part):
             raise ValueError("not a broker URL (redis://... or amqp://...)")
         if part.startswith(("redis://", "rediss://")):
             check_redis_url(part)

@@ -112,3 +112,8 @@ class ActionFailed(AgentStateError):
 
 class ActionRegistrationError(AgentStateError):
     """An action was registered without a name, or under a name already taken."""
+
+
+class ConfigurationError(BadInputError):
+    """An AGENTSTATE_* setting is malformed; the message names the variable and never
+    echoes its value (URLs carry passwords)."""

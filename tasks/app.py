@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import after_setup_logger, after_setup_task_logger, worker_process_init
 
 from config import Settings, get_settings
 from config.celery import celery_config
+from config.urls import hide_secrets_in
+from tasks.forksafe import track_app
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +25,7 @@ def make_app(settings: Settings | None = None) -> Celery:
         application.add_defaults(lambda: celery_config(get_settings()))
     else:
         application.config_from_object(celery_config(settings))
-    return application
+    return track_app(application)
 
 
 app = make_app()
@@ -36,6 +38,13 @@ def _fresh_connections(**_: object) -> None:
     from tasks.runtime import reset_runtime
 
     reset_runtime()
+
+
+@after_setup_logger.connect
+@after_setup_task_logger.connect
+def _hide_secrets(logger: logging.Logger, **_: object) -> None:
+    # Whatever a library puts in a worker's, beat's or Flower's log, no password stays.
+    hide_secrets_in(logger)
 
 
 # The start checks (settings, action modules, agent) connect to Celery's start signals.

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from config import get_settings
+from config.urls import hide_secrets_in
 from state.errors import BadInputError, NotFoundError, UsageError, WorkflowSpecError
 from state.ids import validate_id
 from tasks import progress
@@ -49,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     arguments = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in arguments  # until the arguments are parsed
+    hide_secrets_in(logging.getLogger())
     parser = build_parser()
     try:
         args = parser.parse_args(arguments)
@@ -195,7 +197,7 @@ def cmd_db_upgrade(args: argparse.Namespace) -> None:
     from state.storage.db import get_engine, upgrade_schema
 
     settings = get_settings()
-    revision = upgrade_schema(get_engine(settings.database_url))
+    revision = upgrade_schema(get_engine(settings.database_url, pool_size=1, max_overflow=0))
     where = database_label(settings)
     _emit(
         args,

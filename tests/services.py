@@ -17,7 +17,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from urllib.parse import quote
 
+import psycopg2
 import redis
 
 from config import Settings
@@ -50,6 +52,23 @@ class PrivateRedis:
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}"
+
+    def url_for(self, user: str, password: str, db: int = 0) -> str:
+        """A URL with credentials, percent-escaped as every valid URL must be."""
+        return (
+            f"redis://{quote(user, safe='')}:{quote(password, safe='')}@127.0.0.1:{self.port}/{db}"
+        )
+
+    def require_passwords(self, default_password: str, users: dict[str, str]) -> None:
+        """ACL users with full rights, then ``requirepass`` for the default user."""
+        client = redis.Redis.from_url(self.url)
+        for user, password in users.items():
+            # One bulk string per rule: any character works, spaces included.
+            client.execute_command(
+                "ACL", "SETUSER", user, "on", f">{password}", "~*", "&*", "+@all"
+            )
+        client.config_set("requirepass", default_password)
+        client.close()
 
     def start(self) -> PrivateRedis:
         self.proc = subprocess.Popen(
@@ -86,17 +105,34 @@ class PrivateRedis:
 
 
 class PrivatePostgres:
-    """A PostgreSQL cluster of the test's own (initdb in a temp dir, trust auth)."""
+    """A PostgreSQL cluster of the test's own (initdb in a temp dir). TCP connections use
+    ``host_auth`` (trust by default, or e.g. scram-sha-256); the Unix socket trusts."""
 
-    def __init__(self) -> None:
+    def __init__(self, host_auth: str = "trust") -> None:
         self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="agentstate-pg-"))
         self.data = self.root / "data"
         self.log = self.root / "server.log"
+        self.host_auth = host_auth
 
     @property
     def url(self) -> str:
         return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/postgres"
+
+    def url_for(self, user: str, password: str, database: str) -> str:
+        """A TCP URL with credentials, percent-escaped as every valid URL must be."""
+        credentials = f"{quote(user, safe='')}:{quote(password, safe='')}"
+        return f"postgresql+psycopg2://{credentials}@127.0.0.1:{self.port}/{database}"
+
+    def create_owner(self, user: str, password: str, database: str) -> None:
+        """A login role with ``password`` that owns a new ``database`` (via the socket)."""
+        conn = psycopg2.connect(host=str(self.root), port=self.port, user="postgres")
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            # psycopg2 quotes the password client-side: any character is safe here.
+            cur.execute(f'CREATE ROLE "{user}" LOGIN PASSWORD %s', (password,))
+            cur.execute(f'CREATE DATABASE "{database}" OWNER "{user}"')
+        conn.close()
 
     def _run(self, *args: str) -> None:
         command = [str(PG_BIN / args[0]), *args[1:]]
@@ -112,8 +148,8 @@ class PrivatePostgres:
                 "initdb",
                 "-D",
                 str(self.data),
-                "-A",
-                "trust",
+                "--auth-local=trust",
+                f"--auth-host={self.host_auth}",
                 "-U",
                 "postgres",
                 "--no-sync",

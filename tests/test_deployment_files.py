@@ -8,11 +8,13 @@ entry point of this project or of the image that runs it.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -21,6 +23,7 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import jsonschema
 import pytest
@@ -46,9 +49,15 @@ EXPECTED_DEPENDS_ON = {
     "flower": {"redis": HEALTHY},
 }
 # Programs of the third-party images, by service (the app image's are resolved below).
-THIRD_PARTY_PROGRAMS = {"redis": {"redis-server", "redis-cli"}, "postgres": {"pg_isready"}}
+THIRD_PARTY_PROGRAMS = {
+    "redis": {"sh", "redis-server", "redis-cli"},
+    "postgres": {"postgres", "pg_isready"},
+}
 # Values for the required variables when interpolating the file as Compose would.
-TEST_ENV = {"POSTGRES_PASSWORD": "pw-for-tests", "FLOWER_BASIC_AUTH": "admin:pw-for-tests"}
+TEST_ENV = {"FLOWER_BASIC_AUTH": "admin:pw-for-tests"}
+SECRETS_DIR = "/run/secrets/"
+LOCK_FILE = ROOT / "requirements.lock"
+DIGEST_PINNED = re.compile(r"[a-z0-9._/-]+:[A-Za-z0-9._-]+@sha256:[0-9a-f]{64}")
 SHELL_OPERATORS = {">", ">>", "2>", "2>&1", "|", "||", "&&", ";"}
 HELP_TIMEOUT_S = 60
 
@@ -187,6 +196,8 @@ def healthcheck_argv(test: str | list[str]) -> list[str]:
         return rest
     (script,) = rest
     words = shlex.split(script)
+    while words and re.match(r"[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+        words = words[1:]  # VAR=value before the program: the program's environment
     for index, word in enumerate(words):
         if word in SHELL_OPERATORS or word.startswith((">", "2>")):
             return words[:index]
@@ -330,19 +341,28 @@ def test_flower_port_matches_publish_and_healthcheck() -> None:
     ), "this Flower serves no /healthcheck"
 
 
+def declared_secrets() -> dict[str, dict[str, Any]]:
+    return compose().get("secrets") or {}
+
+
+def mounted_secrets(service: dict[str, Any]) -> set[str]:
+    return {
+        item if isinstance(item, str) else item["source"] for item in service.get("secrets", [])
+    }
+
+
 def test_no_secret_is_committed() -> None:
     for name, service in services().items():
         for key, value in environment(service).items():
-            if re.search(r"PASSWORD|SECRET|TOKEN|BASIC_AUTH", key):
+            if key.endswith("_FILE"):
+                continue  # a path to a secret file (checked below)
+            if re.search(r"PASSWORD|SECRET|TOKEN|BASIC_AUTH|_URL$", key):
                 assert re.fullmatch(r"\$\{[A-Za-z_]+:\?[^}]*\}", value), (
-                    f"{name}.{key} must come from a required variable, not {value!r}"
+                    f"{name}.{key} must come from a secret file or a required variable"
                 )
     for text in walk_strings(compose()):
-        for match in re.finditer(r"://[^:/@\s]*:(?P<password>[^@\s]*)@", text):
-            password = match.group("password")
-            assert re.fullmatch(r"\$\{[A-Za-z_]+:\?[^}]*\}", password), (
-                f"a URL carries a literal password: {text!r}"
-            )
+        assert not re.search(r"://[^:/@\s]*:[^@\s]*@", text), f"a URL with a password: {text!r}"
+        assert "--requirepass" not in text, "a password on a command line shows in ps"
     # Without the variables, interpolation fails instead of using a default.
     for variable in TEST_ENV:
         env = {k: v for k, v in TEST_ENV.items() if k != variable}
@@ -351,45 +371,168 @@ def test_no_secret_is_committed() -> None:
                 interpolate(text, env)
 
 
+def test_secrets_are_files_outside_git_and_the_image() -> None:
+    assert declared_secrets(), "no top-level secrets"
+    gitignore = (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    for name, secret in declared_secrets().items():
+        path = Path(str(secret.get("file", "")))
+        assert path.parts[:2] == (".", "secrets") or path.parts[0] == "secrets", (name, path)
+        assert dockerignored(path.as_posix().removeprefix("./")), f"{path} would enter the image"
+        assert any(line.strip().strip("/") == "secrets" for line in gitignore), ".gitignore"
+    for name, service in services().items():
+        mounted = mounted_secrets(service)
+        assert mounted <= set(declared_secrets()), f"{name} mounts undeclared secrets"
+        for key, value in environment(service).items():
+            if key.endswith("_FILE"):
+                assert value.startswith(SECRETS_DIR), f"{name}.{key}: {value}"
+                assert value.removeprefix(SECRETS_DIR) in mounted, f"{name}.{key} not mounted"
+
+
+@pytest.fixture(scope="module")
+def secret_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What scripts/make-secrets.sh creates (as an operator would, once)."""
+    folder = tmp_path_factory.mktemp("secrets")
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "make-secrets.sh"), str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=HELP_TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return folder
+
+
+def test_make_secrets_creates_every_secret_once(secret_files: Path) -> None:
+    assert {p.name for p in secret_files.iterdir()} == set(declared_secrets())
+    assert (secret_files.stat().st_mode & 0o777) == 0o700
+    before = {p.name: p.read_text() for p in secret_files.iterdir()}
+    again = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "make-secrets.sh"), str(secret_files)],
+        capture_output=True,
+        text=True,
+        timeout=HELP_TIMEOUT_S,
+        check=True,
+    )
+    assert {p.name: p.read_text() for p in secret_files.iterdir()} == before, "overwritten"
+    assert again.stdout == ""
+    for text in before.values():
+        assert text.strip() not in again.stdout + again.stderr
+
+
+def container_settings(
+    name: str, secret_files: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, dict[str, str]]:
+    """Settings as the service's container reads them (its secrets at their paths)."""
+    from config.settings import Settings, get_settings
+
+    env = {k: interpolate(v, TEST_ENV) for k, v in environment(services()[name]).items()}
+    for key in [k for k in os.environ if k.startswith("AGENTSTATE_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        in_container = value.removeprefix(SECRETS_DIR) if key.endswith("_FILE") else None
+        monkeypatch.setenv(key, str(secret_files / in_container) if in_container else value)
+    get_settings.cache_clear()
+    return Settings(), env
+
+
 def test_environment_configures_agentstate_against_the_compose_services(
-    monkeypatch: pytest.MonkeyPatch,
+    secret_files: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sqlalchemy.engine import make_url
 
     from config.settings import Settings
 
     fields = set(Settings.model_fields)
-    postgres_env = {
-        k: interpolate(v, TEST_ENV) for k, v in environment(services()["postgres"]).items()
-    }
+    postgres_env = environment(services()["postgres"])
+    postgres_password = (secret_files / "postgres_password").read_text().strip()
+    redis_password = (secret_files / "redis_password").read_text().strip()
     for name in APP_SERVICES:
-        env = {k: interpolate(v, TEST_ENV) for k, v in environment(services()[name]).items()}
+        settings, env = container_settings(name, secret_files, monkeypatch)
         for key in env:
             if key.startswith("AGENTSTATE_"):
                 assert key.removeprefix("AGENTSTATE_").lower() in fields, f"{name}: {key}?"
-        # Settings read exactly what the container's environment holds.
-        for key in [k for k in os.environ if k.startswith("AGENTSTATE_")]:
-            monkeypatch.delenv(key)
-        for key, value in env.items():
-            monkeypatch.setenv(key, value)
-        settings = Settings()
+        if name != "migrate":  # it upgrades the schema and needs nothing else
+            redis = re.match(r"redis://:(?P<pw>[^@]*)@(?P<host>[^:/]+)", settings.broker_url)
+            assert redis and redis.group("host") in services(), f"{name}: broker host"
+            assert unquote(redis.group("pw")) == redis_password, f"{name}: broker password"
+        if name == "flower":
+            continue  # the broker only (see below)
         database = make_url(settings.database_url)
         assert database.drivername == "postgresql+psycopg2"
         assert database.host in services(), f"{name}: database host {database.host}"
         assert database.username == postgres_env["POSTGRES_USER"]
-        assert database.password == postgres_env["POSTGRES_PASSWORD"]
+        assert database.password == postgres_password
         assert database.database == postgres_env["POSTGRES_DB"]
         assert (database.port or 5432) == 5432
-        for url in {settings.redis_url, settings.broker_url}:
-            host = re.match(r"redis://(?:[^@/]*@)?(?P<host>[^:/]+)", url)
-            assert host and host.group("host") in services(), f"{name}: {url}"
+        if name != "migrate":
+            assert settings.redis_url == settings.broker_url, f"{name}: cache URL"
 
 
-def test_redis_is_private_and_disposable() -> None:
+def test_flower_gets_the_broker_and_no_database_url(
+    secret_files: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flower = services()["flower"]
+    assert "database_url" not in mounted_secrets(flower)
+    assert not [key for key in environment(flower) if "DATABASE" in key]
+    settings, _ = container_settings("flower", secret_files, monkeypatch)
+    assert settings.database_url == "sqlite:///agentstate.db"  # the unused default
+
+
+def test_redis_requires_the_password_from_its_secret() -> None:
     redis = services()["redis"]
-    assert not redis.get("ports"), "Redis has no password: do not publish its port"
-    argv = as_argv(redis.get("command", ["redis-server"]))
-    assert argv[0] == "redis-server"
+    assert not redis.get("ports"), "Redis stays on the project network: publish no port"
+    assert "redis_password" in mounted_secrets(redis)
+    argv = as_argv(redis["command"])
+    assert argv[:2] == ["sh", "-c"]
+    script = interpolate(argv[2], {})
+    assert script.startswith("exec redis-server ")
+    # The password travels on stdin, as a config line read from the secret file.
+    assert re.search(r'requirepass "\$\(cat /run/secrets/redis_password\)"', script), script
+    head = shlex.split(script.splitlines()[0])
+    assert head[-2:] == ["-", "<<EOF"], "redis-server must read its config from stdin"
+    assert head[head.index("--save") + 1] == "" and head[head.index("--appendonly") + 1] == "no"
+    assert redis.get("user") not in (None, "root", "0"), "redis-server must not run as root"
+    test = " ".join(walk_strings(redis["healthcheck"]["test"]))
+    assert 'REDISCLI_AUTH="$$(cat /run/secrets/redis_password)"' in test
+    assert "grep -q PONG" in test, "an unauthenticated reply (NOAUTH) must count as unhealthy"
+
+
+def test_redis_reads_a_password_from_stdin_as_compose_runs_it(tmp_path: Path) -> None:
+    """The Redis command, run for real by sh against a local redis-server."""
+    import redis as redis_py
+
+    from tasks.processes import free_port
+    from tests.support import unavailable
+
+    if shutil.which("redis-server") is None:
+        unavailable("redis-server")
+    password = "Zq7-" + "x" * 20
+    (tmp_path / "redis_password").write_text(password + "\n")
+    script = interpolate(as_argv(services()["redis"]["command"])[2], {})
+    script = script.replace(SECRETS_DIR, f"{tmp_path}/")
+    port = free_port()
+    script = script.replace(
+        "exec redis-server ", f"exec redis-server --port {port} --bind 127.0.0.1 "
+    )
+    proc = subprocess.Popen(["sh", "-c", script], stdout=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        client = redis_py.Redis(port=port, password=password, socket_connect_timeout=1)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                assert client.ping()
+                break
+            except redis_py.ConnectionError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.05)
+        with pytest.raises(redis_py.AuthenticationError):
+            redis_py.Redis(port=port).ping()
+        assert client.config_get("save")["save"] == ""
+        assert password not in " ".join(Path(f"/proc/{proc.pid}/cmdline").read_text().split("\0"))
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 def test_postgres_service() -> None:
@@ -583,7 +726,7 @@ def test_dockerfile_base_user_and_install() -> None:
     instructions = dockerfile_instructions()
     keywords = [keyword for keyword, _ in instructions]
     froms = [args for keyword, args in instructions if keyword == "FROM"]
-    assert froms and froms[-1].split()[0] == "python:3.11-slim"
+    assert froms and re.fullmatch(r"python:3\.11(\.\d+)?-slim@sha256:[0-9a-f]{64}", froms[-1])
     envs = " ".join(args for keyword, args in instructions if keyword == "ENV")
     assert re.search(r"\bPYTHONUNBUFFERED=1\b", envs)
 
@@ -622,8 +765,264 @@ def test_dockerfile_copies_what_the_build_needs() -> None:
 
     project = pyproject()
     packages = project["tool"]["setuptools"]["packages"]["find"]["include"]
-    needed = {p.rstrip("*").rstrip(".") for p in packages} | {"pyproject.toml", "alembic.ini"}
+    needed = {p.rstrip("*").rstrip(".") for p in packages}
+    needed |= {"pyproject.toml", "alembic.ini", LOCK_FILE.name}
     needed.add(project["project"]["readme"])
     assert needed <= set(copied), f"not copied: {sorted(needed - set(copied))}"
     # Metadata before the packages, so dependency layers survive code changes.
     assert copied["pyproject.toml"] < min(copied[p.rstrip("*").rstrip(".")] for p in packages)
+
+
+# -- pinned images and dependencies ------------------------------------------------------
+
+
+def test_images_are_pinned_by_digest() -> None:
+    for name, service in services().items():
+        if name in APP_SERVICES:
+            continue  # built here, from the pinned base image below
+        image = service["image"]
+        assert DIGEST_PINNED.fullmatch(image), f"{name}: pin {image!r} as name:tag@sha256:..."
+    froms = [args.split()[0] for keyword, args in dockerfile_instructions() if keyword == "FROM"]
+    for image in froms:
+        assert DIGEST_PINNED.fullmatch(image), f"Dockerfile FROM {image!r} is not pinned"
+
+
+def lock_entries() -> dict[str, tuple[str, list[str]]]:
+    """name -> (version, hashes) from requirements.lock (pip's hash-checking format)."""
+    entries: dict[str, tuple[str, list[str]]] = {}
+    text = LOCK_FILE.read_text(encoding="utf-8").replace("\\\n", " ")
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        match = re.fullmatch(
+            r"([A-Za-z0-9._-]+)==([^\s;]+)((?:\s+--hash=sha256:[0-9a-f]{64})+)", line
+        )
+        assert match, f"requirements.lock: not an exact pin with hashes: {line!r}"
+        name = re.sub(r"[-_.]+", "-", match.group(1)).lower()
+        entries[name] = (match.group(2), re.findall(r"[0-9a-f]{64}", match.group(3)))
+    return entries
+
+
+def test_requirements_lock_pins_every_dependency_with_hashes() -> None:
+    entries = lock_entries()
+    project = pyproject()
+    wanted = project["project"]["dependencies"] + project["build-system"]["requires"]
+    for requirement in wanted:
+        match = re.fullmatch(r"([A-Za-z0-9._-]+)(?:\[[^]]*\])?==(\S+)", requirement)
+        assert match, f"pyproject.toml: {requirement!r} is not an exact pin"
+        name = re.sub(r"[-_.]+", "-", match.group(1)).lower()
+        assert name in entries, f"requirements.lock lacks {name} (run make lock)"
+        assert entries[name][0] == match.group(2), f"{name}: lock and pyproject differ"
+    # Every locked package is what this checkout was tested with.
+    from importlib.metadata import PackageNotFoundError, version
+
+    for name, (pinned, hashes) in entries.items():
+        assert hashes
+        try:
+            installed = version(name)
+        except PackageNotFoundError:
+            continue
+        if name != "setuptools":  # the venv's own; the image installs the locked one
+            assert installed == pinned, f"{name}: tested {installed}, image gets {pinned}"
+
+
+def test_dockerfile_installs_exactly_the_lock() -> None:
+    instructions = dockerfile_instructions()
+    runs = [(i, args) for i, (keyword, args) in enumerate(instructions) if keyword == "RUN"]
+    hashed = [i for i, args in runs if re.search(r"pip install\b.*--require-hashes", args)]
+    assert hashed, "the Dockerfile never installs with --require-hashes"
+    assert re.search(rf"-r {LOCK_FILE.name}\b", instructions[hashed[0]][1])
+    project = [i for i, args in runs if re.search(r"pip install\b[^&;|]*\s\.(\s|$)", args)]
+    assert project and project[-1] > hashed[0]
+    project_install = instructions[project[-1]][1]
+    for flag in ("--no-deps", "--no-build-isolation", "--no-index"):
+        assert flag in project_install, f"pip install . without {flag} could fetch unhashed code"
+    other = [
+        args for i, args in runs if "pip install" in args and i not in (hashed[0], project[-1])
+    ]
+    assert not other, f"an unpinned pip install: {other}"
+
+
+# -- workers: concurrency, connections, memory, time limits ------------------------------
+
+
+def worker_argv() -> list[str]:
+    return as_argv(services()["worker"]["command"])
+
+
+def option(argv: list[str], name: str) -> str:
+    values = [a.split("=", 1)[1] for a in argv if a.startswith(f"{name}=")]
+    assert values, f"{argv} has no explicit {name}"
+    return values[-1]
+
+
+def mebibytes(size: str) -> float:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgG])?[bB]?", str(size))
+    assert match, f"bad memory size {size!r}"
+    factor = {"k": 1 / 1024, "m": 1.0, "g": 1024.0}.get((match.group(2) or "m").lower(), 1.0)
+    return float(match.group(1)) * factor
+
+
+def test_schema_upgrades_run_in_migrate_only(
+    secret_files: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert as_argv(services()["migrate"]["command"]) == ["agentstate", "db", "upgrade"]
+    for name in APP_SERVICES - {"migrate"}:
+        settings, _ = container_settings(name, secret_files, monkeypatch)
+        if name != "flower":
+            assert settings.auto_migrate is False, f"{name} would upgrade the schema too"
+
+
+def test_database_connections_stay_under_max_connections(
+    secret_files: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    postgres = as_argv(services()["postgres"]["command"])
+    limit = int(postgres[postgres.index("-c") + 1].removeprefix("max_connections="))
+    reserved = 3  # superuser_reserved_connections' default
+    scaled = re.search(r"--scale worker=(\d+)", COMPOSE_FILE.read_text(encoding="utf-8"))
+    total = 0
+    for name in APP_SERVICES:
+        service = services()[name]
+        if "AGENTSTATE_DATABASE_URL_FILE" not in environment(service):
+            continue
+        settings, _ = container_settings(name, secret_files, monkeypatch)
+        replicas = int((service.get("deploy") or {}).get("replicas", 1))
+        argv = as_argv(service["command"])
+        if name == "worker":
+            replicas = max(replicas, int(scaled.group(1)) if scaled else 1)
+            processes = int(option(argv, "--concurrency"))
+        else:
+            processes = 1
+        per_engine = settings.db_pool_size + settings.db_max_overflow
+        # Two engines per process (state.db.autocommit_engine); `db upgrade` uses one.
+        per_process = 1 if argv[:3] == ["agentstate", "db", "upgrade"] else 2 * per_engine
+        total += replicas * processes * per_process
+    assert total <= limit - reserved, f"{total} connections > {limit} - {reserved}"
+    stated = re.search(r"total\s+=\s*(\d+)\s*<=\s*(\d+)", COMPOSE_FILE.read_text())
+    assert stated and (int(stated.group(1)), int(stated.group(2))) == (total, limit - reserved)
+
+
+def test_every_service_has_a_memory_limit_that_fits_its_workers(
+    secret_files: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limits = {}
+    for name, service in services().items():
+        memory = ((service.get("deploy") or {}).get("resources") or {}).get("limits") or {}
+        assert memory.get("memory"), f"{name} has no memory limit"
+        limits[name] = mebibytes(memory["memory"])
+    settings, _ = container_settings("worker", secret_files, monkeypatch)
+    children = int(option(worker_argv(), "--concurrency"))
+    per_child = settings.worker_max_memory_per_child / 1024
+    assert per_child > 0, "worker children are never replaced"
+    main_process = 256
+    assert limits["worker"] >= children * per_child + main_process, limits["worker"]
+
+
+def test_workers_have_time_limits_above_the_phase_deadlines(
+    secret_files: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from config.celery import celery_config
+
+    settings, _ = container_settings("worker", secret_files, monkeypatch)
+    conf = celery_config(settings)
+    assert conf["task_time_limit"] == settings.task_time_limit
+    assert conf["task_soft_time_limit"] == settings.task_soft_time_limit
+    assert conf["worker_max_memory_per_child"] == settings.worker_max_memory_per_child
+    assert settings.task_soft_time_limit < settings.task_time_limit
+    assert settings.task_time_limit > max(settings.execution_timeout, settings.lock_timeout)
+    assert conf["broker_transport_options"]["visibility_timeout"] > settings.task_time_limit
+    assert option(worker_argv(), "--concurrency").isdigit()
+
+
+# -- scripts/ensure-services.sh ------------------------------------------------------------
+
+
+def run_ensure_services(**variables: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTSTATE_")}
+    env.update(variables)
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "ensure-services.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HELP_TIMEOUT_S,
+        check=False,
+    )
+
+
+@pytest.fixture
+def local_services() -> dict[str, str]:
+    """The test suite's own services (which make test needs): they must answer."""
+    from tests.support import BROKER_URL, PG_SERVER, REDIS_URL, postgres_ok, redis_ok, unavailable
+
+    if not (redis_ok(REDIS_URL) and postgres_ok()):
+        unavailable("Redis and PostgreSQL on 127.0.0.1")
+    return {
+        "AGENTSTATE_TEST_REDIS_URL": REDIS_URL,
+        "AGENTSTATE_TEST_BROKER_URL": BROKER_URL,
+        "AGENTSTATE_TEST_PG_SERVER": PG_SERVER,
+    }
+
+
+def test_ensure_services_passes_when_everything_answers(local_services: dict[str, str]) -> None:
+    result = run_ensure_services(**local_services)
+    assert result.returncode == 0, result.stderr
+    assert "starting" not in result.stdout
+
+
+def test_ensure_services_starts_a_local_redis_that_is_not_answering(
+    local_services: dict[str, str],
+) -> None:
+    import redis as redis_py
+
+    from tasks.processes import free_port
+
+    port = free_port()
+    try:
+        result = run_ensure_services(
+            **local_services, AGENTSTATE_REDIS_URL=f"redis://127.0.0.1:{port}/0"
+        )
+        assert result.returncode == 0, result.stderr
+        assert f"starting redis-server on 127.0.0.1:{port}" in result.stdout
+        assert redis_py.Redis(port=port).ping()
+    finally:
+        with contextlib.suppress(redis_py.RedisError):
+            redis_py.Redis(port=port).shutdown(nosave=True)
+
+
+def test_ensure_services_leaves_remote_services_alone_and_hides_passwords(
+    local_services: dict[str, str], tmp_path: Path
+) -> None:
+    url_file = tmp_path / "database_url"
+    url_file.write_text("postgresql+psycopg2://agent:Zq7Db%23pw@db.example:5432/app\n")
+    result = run_ensure_services(
+        **local_services,
+        AGENTSTATE_REDIS_URL="redis://agent:Zq7Cache%2Fpw@cache.example:6379/0",
+        AGENTSTATE_DATABASE_URL_FILE=str(url_file),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "AGENTSTATE_REDIS_URL is on cache.example: not managed here" in result.stdout
+    assert "AGENTSTATE_DATABASE_URL is on db.example: not managed here" in result.stdout
+    assert "Zq7" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis://:Zq7pw@127.0.0.1:{port}/0", "it needs a password, so start it yourself"),
+        ("redis://:Zq7/pw@127.0.0.1:{port}/0", "AGENTSTATE_REDIS_URL is not a valid URL"),
+    ],
+)
+def test_ensure_services_refuses_what_it_cannot_start_without_showing_passwords(
+    local_services: dict[str, str], url: str, message: str
+) -> None:
+    from tasks.processes import free_port
+
+    result = run_ensure_services(
+        **local_services, AGENTSTATE_REDIS_URL=url.format(port=free_port())
+    )
+    assert result.returncode == 1
+    assert message in result.stderr
+    assert "starting" not in result.stdout
+    assert "Zq7" not in result.stdout + result.stderr

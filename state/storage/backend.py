@@ -34,7 +34,12 @@ class Backend:
         """A backend from ``settings`` (default: the environment); parts may be given."""
         settings = settings or get_settings()
         client = redis_client or get_redis(settings.redis_url)
-        engine = engine or get_engine(settings.database_url, auto_migrate=settings.auto_migrate)
+        engine = engine or get_engine(
+            settings.database_url,
+            auto_migrate=settings.auto_migrate,
+            pool_size=settings.db_pool_size,
+            max_overflow=settings.db_max_overflow,
+        )
         return cls(settings, engine, client, StateCache(client, settings.cache_ttl))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,8 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError
 
 from config import redact_url
-from state.errors import ServiceUnavailableError
+from state.errors import ConfigurationError, ServiceUnavailableError
+from state.storage.forksafe import track_engine
 
 logger = logging.getLogger(__name__)
 
@@ -24,20 +26,39 @@ _UPGRADE_LOCK_KEY = 0x61676E74
 _SQLITE_BUSY_TIMEOUT_S = 30
 _READ_ONLY = "agentstate_read_only"
 
-_engines: dict[tuple[str, int], Engine] = {}
-_checked: set[tuple[str, int]] = set()
+# The defaults of Settings.db_pool_size and db_max_overflow.
+DEFAULT_POOL_SIZE = 5
+DEFAULT_MAX_OVERFLOW = 10
+
+# Keyed by (url, isolation level, pool size, max overflow, pid).
+_Key = tuple[str, str | None, int, int, int]
+_engines: dict[_Key, Engine] = {}
+_checked: set[_Key] = set()
+_pool_sizes: weakref.WeakKeyDictionary[Engine, tuple[int, int]] = weakref.WeakKeyDictionary()
 _guard = threading.Lock()
 
 
-def get_engine(url: str, *, auto_migrate: bool = False, _isolation: str | None = None) -> Engine:
-    """The engine for ``url`` in this process (engines never cross a fork)."""
-    key = (url, os.getpid())
+def get_engine(
+    url: str,
+    *,
+    auto_migrate: bool = False,
+    pool_size: int = DEFAULT_POOL_SIZE,
+    max_overflow: int = DEFAULT_MAX_OVERFLOW,
+    _isolation: str | None = None,
+) -> Engine:
+    """The engine for ``url`` in this process (a child forked later empties its pool).
+
+    At most ``pool_size + max_overflow`` connections (Postgres); its autocommit sibling
+    may hold as many again.
+    """
+    key = (url, _isolation, pool_size, max_overflow, os.getpid())
     engine = _engines.get(key)
     if engine is None:
         with _guard:
             engine = _engines.get(key)
             if engine is None:
-                engine = _create_engine(url.split("#", 1)[0], _isolation)
+                engine = track_engine(_create_engine(url, _isolation, pool_size, max_overflow))
+                _pool_sizes[engine] = (pool_size, max_overflow)
                 _engines[key] = engine
     if auto_migrate and key not in _checked:
         ensure_schema(engine)
@@ -48,11 +69,16 @@ def get_engine(url: str, *, auto_migrate: bool = False, _isolation: str | None =
 def autocommit_engine(engine: Engine) -> Engine:
     """A sibling engine whose connections stay in autocommit mode (one-statement commits).
 
-    A pool of its own: switching a pooled connection in and out of autocommit costs a
-    driver call each way, on the hottest path there is.
+    A pool of its own (as large as ``engine``'s): switching a pooled connection in and
+    out of autocommit costs a driver call each way, on the hottest path there is.
     """
-    url = engine.url.render_as_string(hide_password=False)
-    return get_engine(f"{url}#autocommit", _isolation="AUTOCOMMIT")
+    size, overflow = _pool_sizes.get(engine, (DEFAULT_POOL_SIZE, DEFAULT_MAX_OVERFLOW))
+    return get_engine(
+        engine.url.render_as_string(hide_password=False),
+        pool_size=size,
+        max_overflow=overflow,
+        _isolation="AUTOCOMMIT",
+    )
 
 
 def dispose_engines() -> None:
@@ -64,14 +90,34 @@ def dispose_engines() -> None:
         _checked.clear()
 
 
-def _create_engine(url: str, isolation: str | None = None) -> Engine:
-    parsed = make_url(url)
+def _create_engine(
+    url: str,
+    isolation: str | None = None,
+    pool_size: int = DEFAULT_POOL_SIZE,
+    max_overflow: int = DEFAULT_MAX_OVERFLOW,
+) -> Engine:
+    try:
+        parsed = make_url(url)
+    except Exception:
+        # SQLAlchemy's own errors quote the URL, password included.
+        raise ConfigurationError(
+            "not a valid database URL (check AGENTSTATE_DATABASE_URL; percent-escape special "
+            "characters in the user name and password)"
+        ) from None
     if parsed.get_backend_name() == "sqlite":
         return _create_sqlite_engine(url)
-    options: dict[str, Any] = {"pool_size": 5, "max_overflow": 10, "pool_recycle": 1800}
+    options: dict[str, Any] = {
+        "pool_size": pool_size,
+        "max_overflow": max_overflow,
+        "pool_recycle": 1800,
+    }
     if isolation:
         options["isolation_level"] = isolation
-    return create_engine(url, **options)
+    if parsed.drivername == "postgresql":
+        # A plain postgresql:// means SQLAlchemy's default driver, psycopg 3 since 2.1;
+        # the stores are written for (and ship) psycopg2.
+        parsed = parsed.set(drivername="postgresql+psycopg2")
+    return create_engine(parsed, **options)
 
 
 def _create_sqlite_engine(url: str) -> Engine:
@@ -122,7 +168,10 @@ def alembic_config(engine: Engine) -> Any:
 
     cfg = Config()
     cfg.set_main_option("script_location", str(SCHEMA_DIR))
-    cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
+    # No sqlalchemy.url: Alembic's options go through configparser, which reads "%" in a
+    # percent-escaped password as interpolation (and quotes the URL in its error). The
+    # migrations run on the connection upgrade_schema hands env.py.
+    cfg.attributes["engine"] = engine
     return cfg
 
 

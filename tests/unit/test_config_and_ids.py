@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import io
+import logging
 import os
+import string
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 import pytest
+from celery.utils.log import ColorFormatter
 from pydantic import ValidationError
+from sqlalchemy.pool import QueuePool
 
-from config import HopPolicy, Settings, get_settings, redact_url
+from config import HopPolicy, Settings, child_environment, get_settings, redact_url
 from config.celery import celery_config
-from state.errors import BadInputError, InvalidIdError
+from config.urls import SecretFilter, hide_secrets_in
+from state.errors import BadInputError, ConfigurationError, InvalidIdError
 from state.ids import validate_id
 
 
@@ -99,6 +108,11 @@ EVERY_VARIABLE: dict[str, tuple[str, str, Any]] = {
     "AGENTSTATE_MAX_REPLY_BYTES": ("4096", "max_reply_bytes", 4096),
     "AGENTSTATE_MAX_FACTS": ("10", "max_facts", 10),
     "AGENTSTATE_MAX_FACT_BYTES": ("512", "max_fact_bytes", 512),
+    "AGENTSTATE_DB_POOL_SIZE": ("3", "db_pool_size", 3),
+    "AGENTSTATE_DB_MAX_OVERFLOW": ("4", "db_max_overflow", 4),
+    "AGENTSTATE_TASK_SOFT_TIME_LIMIT": ("100", "task_soft_time_limit", 100),
+    "AGENTSTATE_TASK_TIME_LIMIT": ("200", "task_time_limit", 200),
+    "AGENTSTATE_WORKER_MAX_MEMORY_PER_CHILD": ("1024", "worker_max_memory_per_child", 1024),
 }
 
 
@@ -156,6 +170,10 @@ def test_action_module_list_splits_commas(
         ("AGENTSTATE_MAX_REPLY_BYTES", "10"),  # no room for a sentence and an ellipsis
         ("AGENTSTATE_MAX_FACTS", "0"),
         ("AGENTSTATE_MAX_FACT_BYTES", "0"),
+        ("AGENTSTATE_DB_POOL_SIZE", "0"),
+        ("AGENTSTATE_DB_MAX_OVERFLOW", "-1"),
+        ("AGENTSTATE_TASK_TIME_LIMIT", "-1"),
+        ("AGENTSTATE_WORKER_MAX_MEMORY_PER_CHILD", "-1"),
     ],
 )
 def test_invalid_values_are_refused(clean_env: pytest.MonkeyPatch, name: str, value: str) -> None:
@@ -205,6 +223,300 @@ def test_redact_url_hides_a_password_containing_at_sign() -> None:
 )
 def test_redact_url_leaves_urls_without_credentials(text: str) -> None:
     assert redact_url(text) == text
+
+
+@pytest.mark.parametrize("special", ["@", "/", "#", ":", "%", "@/#:%", "%40", "%2F%23"])
+def test_redact_url_hides_passwords_with_special_characters(special: str) -> None:
+    password = f"Zq7{special}Secret"
+    for url in (
+        f"postgresql+psycopg2://agent:{password}@db:5432/app",
+        f"redis://:{password}@cache:6379/0",
+        f"redis://agent:{password}@cache:6379/0",
+    ):
+        out = redact_url(f"failed on '{url}' at position 3")
+        assert "Zq7" not in out, out
+        assert "Secret" not in out, out
+        assert out.endswith("' at position 3")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "redis+socket:///tmp/redis.sock?db=0&password=Zq7Secret",
+        "host=db dbname=app password=Zq7Secret user=agent",
+        "amqp://h//?PASSWORD=Zq7Secret",
+    ],
+)
+def test_redact_url_hides_password_parameters(text: str) -> None:
+    assert "Zq7Secret" not in redact_url(text)
+    assert "***" in redact_url(text)
+
+
+# --- URLs in Settings -------------------------------------------------------------------
+
+URL_VARIABLES = ["AGENTSTATE_DATABASE_URL", "AGENTSTATE_REDIS_URL", "AGENTSTATE_BROKER_URL"]
+ESCAPED_PASSWORD = quote("Zq7" + string.punctuation + " é", safe="")
+
+
+@pytest.mark.parametrize("variable", URL_VARIABLES)
+@pytest.mark.parametrize(
+    "credentials",
+    [
+        "agent:Zq7#Secret",
+        "agent:Zq7/Secret",
+        "agent:Zq7?Secret",
+        "agent:Zq7@Secret",
+        "agent:Zq7 Secret",
+        "agent:Zq7%zzSecret",
+        "agent:12/Zq7Secret",
+        "agent:Zq7Secret\n",
+        "agent:Zq7é",
+    ],
+)
+def test_a_malformed_url_names_its_variable_and_nothing_of_it(
+    clean_env: pytest.MonkeyPatch, variable: str, credentials: str
+) -> None:
+    scheme = "postgresql+psycopg2" if variable == "AGENTSTATE_DATABASE_URL" else "redis"
+    clean_env.setenv(variable, f"{scheme}://{credentials}@127.0.0.1:5432/0")
+    with pytest.raises(ConfigurationError) as info:
+        get_settings()
+    message = str(info.value)
+    assert isinstance(info.value, BadInputError)
+    assert message.startswith(f"{variable} is not a valid")
+    assert "\n" not in message
+    assert "Zq7" not in message
+    assert info.value.__suppress_context__ or info.value.__context__ is None
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("AGENTSTATE_REDIS_URL", "localhost:6379"),
+        ("AGENTSTATE_REDIS_URL", "redis://cache:99999/0"),
+        ("AGENTSTATE_BROKER_URL", "redis://cache:abc/0"),
+        ("AGENTSTATE_DATABASE_URL", "postgres ql://u@h/db"),
+        ("AGENTSTATE_DATABASE_URL", "postgresql://u:p@h1:5432,h2:5433/db"),
+    ],
+)
+def test_other_malformed_urls_are_refused(
+    clean_env: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    clean_env.setenv(variable, value)
+    with pytest.raises(ConfigurationError, match=f"^{variable} is not a valid"):
+        get_settings()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///agentstate.db",
+        "sqlite:///:memory:",
+        "postgresql+psycopg2:///app?host=/var/run/postgresql",
+        "postgresql+psycopg2://agent@[::1]:5432/app",
+    ],
+)
+def test_database_urls_without_passwords_stay_valid(
+    clean_env: pytest.MonkeyPatch, url: str
+) -> None:
+    clean_env.setenv("AGENTSTATE_DATABASE_URL", url)
+    assert get_settings().database_url == url
+
+
+def test_percent_escaped_passwords_reach_every_client_intact(clean_env: pytest.MonkeyPatch) -> None:
+    from kombu.utils.url import parse_url
+    from redis.connection import parse_url as redis_parse_url
+    from sqlalchemy.engine import make_url
+
+    raw = unquote(ESCAPED_PASSWORD)
+    clean_env.setenv("AGENTSTATE_DATABASE_URL", f"postgresql://a%40b:{ESCAPED_PASSWORD}@db/app")
+    clean_env.setenv("AGENTSTATE_REDIS_URL", f"redis://a%40b:{ESCAPED_PASSWORD}@cache:6379/0")
+    clean_env.setenv(
+        "AGENTSTATE_BROKER_URL",
+        f"redis://:{ESCAPED_PASSWORD}@b1:6379/1;redis://:{ESCAPED_PASSWORD}@b2:6379/1",
+    )
+    s = get_settings()
+    database = make_url(s.database_url)
+    assert (database.username, database.password) == ("a@b", raw)
+    cache = redis_parse_url(s.redis_url)
+    assert (cache["username"], cache["password"]) == ("a@b", raw)
+    assert parse_url(s.broker_url.split(";")[0])["password"] == raw
+
+
+def test_settings_errors_for_other_fields_stay_validation_errors(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    clean_env.setenv("AGENTSTATE_REDIS_URL", f"redis://:{ESCAPED_PASSWORD}@cache:6379/0")
+    clean_env.setenv("AGENTSTATE_LOCK_TIMEOUT", "-1")
+    with pytest.raises(ValidationError) as info:
+        get_settings()
+    assert "Zq7" not in str(info.value)
+
+
+@pytest.mark.parametrize("formatter", [logging.Formatter(), ColorFormatter(use_color=False)])
+def test_log_records_lose_accepted_passwords(
+    clean_env: pytest.MonkeyPatch, formatter: logging.Formatter
+) -> None:
+    clean_env.setenv("AGENTSTATE_DATABASE_URL", f"postgresql://agent:{ESCAPED_PASSWORD}@db/app")
+    get_settings()
+    raw = unquote(ESCAPED_PASSWORD)
+    try:
+        raise ValueError(f"could not use {raw!r} (escaped {ESCAPED_PASSWORD})")
+    except ValueError:
+        record = logging.LogRecord(
+            "x", logging.ERROR, __file__, 1, "failed: %s", (raw,), sys.exc_info()
+        )
+    handler = logging.StreamHandler(io.StringIO())
+    handler.setFormatter(formatter)
+    handler.addFilter(SecretFilter())
+    handler.handle(record)
+    out = handler.stream.getvalue()
+    assert "failed: ***" in out
+    assert "ValueError: could not use" in out
+    assert "Zq7" not in out
+
+
+def test_hide_secrets_in_adds_one_filter_per_handler() -> None:
+    logger = logging.getLogger("agentstate-test-filters")
+    handler = logging.NullHandler()
+    logger.addHandler(handler)
+    try:
+        hide_secrets_in(logger)
+        hide_secrets_in(logger)
+        assert sum(isinstance(f, SecretFilter) for f in handler.filters) == 1
+    finally:
+        logger.removeHandler(handler)
+
+
+# --- URLs from files (AGENTSTATE_*_URL_FILE) -------------------------------------------
+
+
+@pytest.mark.parametrize("variable", URL_VARIABLES)
+def test_a_url_can_come_from_a_file(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, variable: str
+) -> None:
+    scheme = "postgresql+psycopg2" if variable == "AGENTSTATE_DATABASE_URL" else "redis"
+    url = f"{scheme}://agent:{ESCAPED_PASSWORD}@db:5432/1"
+    secret = tmp_path / "url"
+    secret.write_text(url + "\n")  # editors end files with a newline
+    clean_env.setenv(f"{variable}_FILE", str(secret))
+    settings = get_settings()
+    field = variable.removeprefix("AGENTSTATE_").lower()
+    assert getattr(settings, field) == url
+    if variable == "AGENTSTATE_REDIS_URL":
+        assert settings.broker_url == url  # the broker still defaults to the Redis URL
+
+
+def test_a_url_file_and_its_variable_together_are_refused(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "url").write_text("redis://cache:6379/0")
+    clean_env.setenv("AGENTSTATE_REDIS_URL_FILE", str(tmp_path / "url"))
+    clean_env.setenv("AGENTSTATE_REDIS_URL", "redis://other:6379/0")
+    with pytest.raises(
+        ConfigurationError, match=r"^set AGENTSTATE_REDIS_URL or AGENTSTATE_REDIS_URL_FILE"
+    ):
+        get_settings()
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "AGENTSTATE_DATABASE_URL_FILE: cannot read .*: No such file or directory$"),
+        ("", "AGENTSTATE_DATABASE_URL_FILE: .* is empty$"),
+        (b"\xff\xfe", "AGENTSTATE_DATABASE_URL_FILE: .* is not UTF-8 text$"),
+        ("postgresql://agent:Zq7#x@db/app", "^the URL in AGENTSTATE_DATABASE_URL_FILE .* not a"),
+        ("postgresql://agent:Zq7@db/app\npostgresql://b@c/d", "whitespace"),
+    ],
+)
+def test_a_bad_url_file_is_one_line_naming_it(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, content: str | bytes | None, expected: str
+) -> None:
+    secret = tmp_path / "url"
+    if isinstance(content, bytes):
+        secret.write_bytes(content)
+    elif content is not None:
+        secret.write_text(content)
+    clean_env.setenv("AGENTSTATE_DATABASE_URL_FILE", str(secret))
+    with pytest.raises(ConfigurationError, match=expected) as info:
+        get_settings()
+    assert "Zq7" not in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_children_read_the_same_files_and_get_no_url_in_their_environment(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "db").write_text(f"postgresql://agent:{ESCAPED_PASSWORD}@db/app")
+    (tmp_path / "redis").write_text(f"redis://:{ESCAPED_PASSWORD}@cache:6379/0")
+    clean_env.setenv("AGENTSTATE_DATABASE_URL_FILE", str(tmp_path / "db"))
+    clean_env.setenv("AGENTSTATE_REDIS_URL_FILE", str(tmp_path / "redis"))
+    parent = get_settings()
+    env = child_environment(parent)
+    assert not any("Zq7" in value for value in env.values())
+    for name in [k for k in os.environ if k.startswith("AGENTSTATE_")]:
+        clean_env.delenv(name)
+    for name, value in env.items():
+        if name.startswith("AGENTSTATE_"):
+            clean_env.setenv(name, value)
+    get_settings.cache_clear()
+    assert get_settings() == parent
+
+
+# --- pools, time limits, memory ---------------------------------------------------------
+
+
+def test_time_limits_default_above_the_phase_deadlines(clean_env: pytest.MonkeyPatch) -> None:
+    s = get_settings()
+    assert (s.task_soft_time_limit, s.task_time_limit) == (300, 360)
+    slow = Settings(execution_timeout=5000.0)
+    assert slow.task_soft_time_limit > 5000 and slow.task_time_limit > slow.task_soft_time_limit
+    only_hard = Settings(task_time_limit=50.0)
+    assert 30 < only_hard.task_soft_time_limit < 50
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"task_time_limit": 20.0}, "AGENTSTATE_TASK_TIME_LIMIT must be above"),
+        ({"task_time_limit": 100.0, "execution_timeout": 100.0}, "must be above"),
+        ({"task_soft_time_limit": 400.0}, "AGENTSTATE_TASK_SOFT_TIME_LIMIT must be below"),
+    ],
+)
+def test_inconsistent_time_limits_are_refused(
+    clean_env: pytest.MonkeyPatch, overrides: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        Settings(**overrides)
+
+
+def test_celery_gets_time_limits_and_memory_recycling(clean_env: pytest.MonkeyPatch) -> None:
+    conf = celery_config(Settings(task_time_limit=100.0, worker_max_memory_per_child=2048))
+    assert conf["task_time_limit"] == 100
+    assert conf["task_soft_time_limit"] == 80
+    assert conf["worker_max_memory_per_child"] == 2048
+    assert (
+        celery_config(Settings(worker_max_memory_per_child=0))["worker_max_memory_per_child"]
+        is None
+    )
+    assert celery_config(Settings())["worker_max_memory_per_child"] == 512_000
+
+
+def test_engines_use_the_pool_sizes_of_settings(clean_env: pytest.MonkeyPatch) -> None:
+    from state.storage.backend import Backend
+    from state.storage.db import autocommit_engine
+
+    settings = Settings(
+        database_url="postgresql+psycopg2://agent@127.0.0.1:1/nowhere",  # never connected
+        db_pool_size=3,
+        db_max_overflow=4,
+        auto_migrate=False,
+    )
+    engine = Backend.build(settings).engine
+    sibling = autocommit_engine(engine)
+    for pool in (engine.pool, sibling.pool):
+        assert isinstance(pool, QueuePool)
+        assert (pool.size(), pool._max_overflow) == (3, 4)
+    assert sibling is not engine
 
 
 # --- ids ------------------------------------------------------------------------------

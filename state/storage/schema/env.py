@@ -22,7 +22,10 @@ def run_migrations_online() -> None:
     if connection is not None:
         _run(connection)
         return
-    engine = create_engine(config.get_main_option("sqlalchemy.url") or "")
+    # agentstate's alembic_config passes its engine; alembic.ini (by hand) passes a URL.
+    engine = config.attributes.get("engine") or create_engine(
+        config.get_main_option("sqlalchemy.url") or ""
+    )
     with engine.begin() as conn:
         _run(conn)
 

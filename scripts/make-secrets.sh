@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Create the secret files docker-compose.yml mounts (./secrets/, never committed):
+# random passwords for Postgres and Redis, and the URLs agentstate reads with them
+# (AGENTSTATE_*_URL_FILE), percent-escaped as URLs require. Existing files are kept.
+#
+#   scripts/make-secrets.sh [DIR]      # default: ./secrets next to docker-compose.yml
+set -euo pipefail
+dir=${1:-"$(cd "$(dirname "$0")/.." && pwd)/secrets"}
+mkdir -p "$dir"
+chmod 700 "$dir"  # the files must be readable by the containers' users; the folder is not
+python3 - "$dir" <<'PY'
+import secrets
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+folder = Path(sys.argv[1])
+
+def secret(name: str, make) -> str:
+    path = folder / name
+    if not path.exists():
+        path.write_text(make() + "\n", encoding="utf-8")
+        path.chmod(0o644)
+        print(f"created {path}")
+    return path.read_text(encoding="utf-8").strip()
+
+# Redis reads its password from a config line: keep it to URL-safe characters.
+postgres = secret("postgres_password", lambda: secrets.token_urlsafe(32))
+redis = secret("redis_password", lambda: secrets.token_urlsafe(32))
+secret("database_url", lambda: f"postgresql+psycopg2://agentstate:{quote(postgres, safe='')}@postgres:5432/agentstate")
+secret("redis_url", lambda: f"redis://:{quote(redis, safe='')}@redis:6379/0")
+PY
