@@ -31,6 +31,7 @@ from state.workflows.store import WorkflowStore
 from tasks.actions import get_action, known_actions
 from tasks.app import app as default_app
 from tasks.app import make_app
+from tasks.control import RunControl, require_key
 from tasks.dispatch import CeleryDispatcher
 
 logger = logging.getLogger(__name__)
@@ -39,8 +40,11 @@ _FIRST_POLL_S = 0.01
 _MAX_POLL_S = 0.1
 
 
-class AgentClient:
-    """What an app (web handler, script, notebook) uses to talk to agentstate."""
+class AgentClient(RunControl):
+    """What an app (web handler, script, notebook) uses to talk to agentstate.
+
+    Run control (cancel, retry, listing) comes from ``tasks.control.RunControl``.
+    """
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or get_settings()
@@ -62,12 +66,21 @@ class AgentClient:
 
     # -- conversations ---------------------------------------------------------
 
-    def send_message(self, session_id: str, text: str, user_id: str) -> str:
-        """Store the message durably, enqueue its turn, return its message id."""
+    def send_message(
+        self, session_id: str, text: str, user_id: str, idempotency_key: str | None = None
+    ) -> str:
+        """Store the message durably, enqueue its turn, return its message id.
+
+        With ``idempotency_key``, repeating the call (a retried request, a double click,
+        racing callers) returns the first call's message id and starts no second turn;
+        the same key with other text raises IdempotencyConflictError.
+        """
         validate_id(session_id, "session")
         validate_id(user_id, "user")
         require_text(text, "message", self.settings.max_message_bytes)
-        item = self.inbox.accept(session_id, user_id, text)
+        if idempotency_key is not None:
+            require_key(idempotency_key)
+        item = self.inbox.accept(session_id, user_id, text, idempotency_key)
         if not item.needs_kick:
             return item.message_id  # the running turn takes it from the inbox when it ends
         try:

@@ -52,3 +52,29 @@ def slow_count(inputs: Document, deps: Document, context: Document) -> Document:
 def not_finite(inputs: Document, deps: Document, context: Document) -> Document:
     """Return a number JSON cannot hold (orjson alone would store it as null)."""
     return {"value": float(inputs.get("value", "nan"))}
+
+
+@action("record_key")
+def record_key(inputs: Document, deps: Document, context: Document) -> Document:
+    """Record the step's idempotency key on every attempt; fail the first ``failures``."""
+    store = _redis()
+    key = effects_key(context["run"])
+    attempts = store.hincrby(key, f"{inputs['name']}:attempts", 1)
+    store.rpush(f"{key}:keys", context["idempotency_key"])
+    if attempts <= int(inputs.get("failures", 0)):
+        raise RuntimeError(f"failing attempt {attempts} on purpose")
+    return {"key": context["idempotency_key"]}
+
+
+@action("gate")
+def gate(inputs: Document, deps: Document, context: Document) -> Document:
+    """Wait (at most ``seconds``) until the test opens the gate, then record an effect:
+    a step that is surely running while the test acts on it."""
+    store = _redis()
+    key = effects_key(context["run"])
+    store.hset(key, f"{inputs['name']}:started", 1)
+    deadline = time.monotonic() + float(inputs.get("seconds", 10.0))
+    while time.monotonic() < deadline and not store.exists(f"{key}:open"):
+        time.sleep(0.02)
+    store.hincrby(key, inputs["name"], 1)
+    return {"value": 1}

@@ -3,7 +3,8 @@
 Workers load it with AGENTSTATE_AGENT=tests.agents. A message containing "explode" makes
 planning raise; "dawdle" makes executing sleep past a 1 s deadline; "linger" makes it
 take LINGER_S (a window for killing or stopping the worker mid-phase); "unstorable"
-makes executing return a user-state change that raises when the engine commits it.
+makes executing return a user-state change that raises when the engine commits it;
+"slowflow" makes executing wait for a workflow whose one step sleeps 3 s.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tasks.agent import evaluating, generating, retrieving, understanding
 __all__ = ["evaluating", "executing", "generating", "planning", "retrieving", "understanding"]
 
 DAWDLE_S = 3.0
+SLOW_WORKFLOW = {"steps": [{"step_id": "slow", "action": "sleep", "inputs": {"seconds": 3}}]}
 LINGER_S = 2.0
 
 
@@ -33,6 +35,10 @@ def executing(ctx: PhaseContext) -> PhaseResult:
         time.sleep(LINGER_S)
     elif "unstorable" in ctx.message:
         return PhaseResult("tools_complete", user_state=_broken_change)
+    elif "slowflow" in ctx.message:
+        if ctx.workflow is None:
+            return PhaseResult(None, workflow=SLOW_WORKFLOW)
+        return PhaseResult("tools_complete", tool_results=[{"workflow": ctx.workflow["status"]}])
     return reference.executing(ctx)
 
 

@@ -148,3 +148,18 @@ def note_step_recovery(
             .returning(steps.c.recoveries)
         ).first()
     return None if row is None else int(row[0])
+
+
+def overdue_steps(engine: Engine, limit: int) -> list[tuple[str, str, int]]:
+    """(workflow_id, step_id, revision) of running steps past their ``timeout_s``."""
+    with read_connection(engine) as conn:
+        rows = conn.execute(
+            select(steps.c.workflow_id, steps.c.step_id, steps.c.revision)
+            .where(
+                steps.c.status == WorkflowStepStatus.RUNNING,
+                steps.c.deadline_at < time.time(),
+            )
+            .order_by(steps.c.deadline_at)
+            .limit(limit)
+        )
+        return [(r[0], r[1], int(r[2])) for r in rows]

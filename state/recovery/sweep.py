@@ -26,6 +26,7 @@ from state.machine import RESTING_PHASES, Phase, Trigger
 from state.recovery.queries import (
     note_session_recovery,
     note_step_recovery,
+    overdue_steps,
     sessions_waiting_in_inbox,
     stuck_sessions,
     stuck_steps,
@@ -54,6 +55,7 @@ class SweepReport:
     steps_redispatched: int = 0
     steps_poisoned: int = 0
     timed_out: int = 0
+    steps_timed_out: int = 0
     skipped_busy: int = 0
     errors: int = 0
 
@@ -86,6 +88,7 @@ class RecoverySweep:
             self._sessions(cutoff, counting, report)
             self._inboxes(cutoff, counting, report)
             self._steps(cutoff, counting, report)
+            self._overdue_steps(report)
         finally:
             self._release_sweep_lock(lock)
         if any(report.as_dict().values()):
@@ -187,6 +190,19 @@ class RecoverySweep:
             return
         self.workflows.dispatcher.step(workflow_id, step_id, revision)
         report.steps_redispatched += 1
+
+    def _overdue_steps(self, report: SweepReport) -> None:
+        # A step past its timeout_s whose worker is stuck or gone: a failed attempt, like
+        # the one its own worker's alarm would have counted.
+        for workflow_id, step_id, revision in overdue_steps(self.workflows.store.engine, BATCH):
+            act = partial(self._expire_step, workflow_id, step_id, revision, report)
+            self._each(report, "overdue step", f"{workflow_id}/{step_id}", act)
+
+    def _expire_step(
+        self, workflow_id: str, step_id: str, revision: int, report: SweepReport
+    ) -> None:
+        self.workflows.expire(workflow_id, step_id, revision)
+        report.steps_timed_out += 1
 
     def _sweep_lock(self) -> str | bool | None:
         token = utcnow().isoformat()

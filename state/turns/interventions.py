@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import time
 
+from state.errors import NotFoundError, StaleStateError
 from state.machine import RESTING_PHASES, Phase, Trigger
 from state.sessions.snapshot import Snapshot
 from state.turns import rules
 from state.turns.deadlines import deadline_passed
 from state.turns.draft import Draft, PhaseOutcome
 from state.turns.services import TurnServices
+
+CANCEL_ATTEMPTS = 20
 
 
 class TurnInterventions:
@@ -40,6 +43,28 @@ class TurnInterventions:
         draft = Draft(snap, None)
         rules.fail_turn(draft, trigger, reply, cause)
         return self._force_commit(snap, draft, trigger or "reset")
+
+    def cancel_turn(self, session_id: str) -> bool:
+        """End the running turn now (one guarded commit); False if none was running.
+
+        If the turn commits a phase meanwhile, the cancel looks again and cancels the
+        turn where it is now; a handler still running finds the revision moved and its
+        result refused.
+        """
+        for _attempt in range(CANCEL_ATTEMPTS):
+            snap = self.services.sessions.load_from_database(session_id)
+            if snap is None:
+                raise NotFoundError(f"unknown session {session_id!r}")
+            if snap.phase in RESTING_PHASES:
+                return False
+            draft = Draft(snap, None)
+            rules.cancel_turn(draft)
+            try:
+                self._force_commit(snap, draft, "cancelled")
+            except StaleStateError:
+                continue  # the turn moved on: look again
+            return True
+        raise StaleStateError(f"session {session_id}: the turn kept moving; cancel again")
 
     def reject_next_message(self, snap: Snapshot, cause: str) -> PhaseOutcome:
         """Answer the next queued message with an apology without running its turn."""

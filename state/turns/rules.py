@@ -20,6 +20,7 @@ from state.sessions.snapshot import InboxItem, InboxState
 from state.storage import user_rows
 from state.turns.draft import Draft
 from state.workflow import parse_spec
+from state.workflows.control import cancel_in
 from state.workflows.store import insert_workflow
 
 MAX_EXECUTION_ATTEMPTS = 3
@@ -27,6 +28,7 @@ ERROR_REPLY = "Sorry, something went wrong while I worked on that. Please try ag
 TIMEOUT_REPLY = "Sorry, that took too long and I had to stop. Please try again."
 DEFAULT_REPLY = "(the agent gave no reply)"
 CLARIFY_REPLY = "Could you tell me a little more?"
+CANCELLED_REPLY = "Cancelled: I stopped working on that."
 _TURN_LISTS = ("tool_results", "pending_actions", "active_tools")
 _WORKFLOWS_KEPT = 20
 
@@ -135,8 +137,10 @@ def _change_user_state(draft: Draft, change: Callable[[Document], Document]) -> 
 
 
 def fail_turn(draft: Draft, trigger: Trigger | None, reply: str, cause: str) -> None:
-    """Drop the handler's changes and end the turn with ``reply`` (an apology)."""
+    """Drop the handler's changes and end the turn with ``reply`` (an apology); a
+    workflow the turn waits on is cancelled with it."""
     draft.rollback()
+    cancel_waited_workflow(draft)
     failed_in = draft.phase  # after the rollback: the phase whose work failed
     if trigger is not None:
         draft.fire(trigger)
@@ -147,6 +151,34 @@ def fail_turn(draft: Draft, trigger: Trigger | None, reply: str, cause: str) -> 
         "at": utcnow().isoformat(),
     }
     recover(draft, reply)
+
+
+def cancel_turn(draft: Draft) -> None:
+    """End the turn now, at the caller's request: the session rests again, the turn's
+    message is answered once with a ``cancelled`` reply, its workflow is cancelled.
+
+    The FSM has no cancel trigger; the turn leaves through ``error_occurred`` and
+    ``reset``, and its metadata says it was cancelled.
+    """
+    draft.rollback()
+    cancel_waited_workflow(draft)
+    draft.fire(Trigger.ERROR_OCCURRED)
+    draft.metadata["turn"] = {**draft.metadata.get("turn", {}), "cancelled": True}
+    draft.fire(Trigger.RESET)
+    draft.deadline = None
+    draft.reply(CANCELLED_REPLY, kind="cancelled")
+
+
+def cancel_waited_workflow(draft: Draft) -> None:
+    """Cancel, in the same commit, the workflow the turn waits on (if still running)."""
+    workflow_id = draft.context.get("workflow_id")
+    if not workflow_id or draft.snap.phase != Phase.EXECUTING:
+        return
+
+    def cancel(conn: Any) -> None:
+        cancel_in(conn, str(workflow_id))
+
+    draft.ops.append(cancel)
 
 
 def recover(draft: Draft, reply: str | None) -> None:

@@ -181,6 +181,10 @@ class WorkflowEngine:
             self.time_out(claimed)
         return False  # once
 
+    def expire(self, workflow_id: str, step_id: str, revision: int) -> str:
+        """Time out a running step found past its deadline (its worker stuck or gone)."""
+        return self.time_out(self.store.claim_at(workflow_id, step_id, revision))
+
     def time_out(self, claimed: ClaimedStep) -> str:
         """Count a run longer than the step's ``timeout_s`` as a failed attempt."""
         logger.info("step %s/%s ran past its timeout", claimed.workflow_id, claimed.step_id)

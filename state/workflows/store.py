@@ -318,16 +318,18 @@ class WorkflowStore(WorkflowReads):
 
     def abandon(self, workflow_id: str, step_id: str, revision: int, reason: str) -> Completion:
         """Fail a step that keeps losing its worker (a poison step)."""
+        return self.fail(self.claim_at(workflow_id, step_id, revision), reason)
+
+    def claim_at(self, workflow_id: str, step_id: str, revision: int) -> ClaimedStep:
+        """The running step at ``revision`` as its claim, for acting on it from outside
+        its task (the sweep); the guarded write that follows decides if it still is."""
         with read_connection(self.engine) as conn:
             row = conn.execute(
-                select(steps.c.action, steps.c.retry_count, steps.c.max_retries).where(
+                select(*CLAIM_COLUMNS).where(
                     steps.c.workflow_id == workflow_id, steps.c.step_id == step_id
                 )
             ).one()
-        claimed = ClaimedStep(
-            workflow_id, step_id, revision, row.action, {}, [], row.retry_count, row.max_retries
-        )
-        return self.fail(claimed, reason)
+        return claimed_from_row(workflow_id, step_id, revision, row)
 
 
 def step_at(workflow_id: str, step_id: str, revision: int) -> tuple[Any, ...]:

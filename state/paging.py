@@ -1,0 +1,83 @@
+"""Cursor paging, newest first: a cursor is the (created_at, id) of the last item shown,
+opaque to callers."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Column, Engine, Select, and_, or_
+
+from state.clock import as_utc
+from state.documents import codec
+from state.errors import InvalidPayloadError
+from state.storage.db import read_connection
+
+MAX_PAGE = 1000
+_MAX_CURSOR_CHARS = 600
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a listing."""
+
+    items: list[dict[str, Any]]
+    next_cursor: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"items": [...], "next_cursor": str | None}``."""
+        return {"items": self.items, "next_cursor": self.next_cursor}
+
+
+def check_limit(limit: object) -> int:
+    """``limit`` if it is a whole number from 1 to MAX_PAGE, else InvalidPayloadError."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidPayloadError(f"limit must be a whole number from 1 to {MAX_PAGE}")
+    return limit
+
+
+def encode(created_at: datetime, item_id: str) -> str:
+    """The cursor after an item."""
+    raw = codec.dumps([as_utc(created_at).isoformat(), item_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode(cursor: object) -> tuple[datetime, str]:
+    """The (created_at, id) a cursor stands for; InvalidPayloadError if it is not one."""
+    refused = InvalidPayloadError("cursor is not one this listing returned")
+    if not isinstance(cursor, str) or not 0 < len(cursor) <= _MAX_CURSOR_CHARS:
+        raise refused
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        moment, item_id = codec.loads(base64.urlsafe_b64decode(padded))
+        return as_utc(datetime.fromisoformat(moment)), str(item_id)
+    except (ValueError, TypeError) as exc:
+        raise refused from exc
+
+
+def fetch(
+    engine: Engine,
+    query: Select[Any],
+    keys: tuple[Column[Any], Column[Any]],
+    summarize: Callable[[Any], dict[str, Any]],
+    *,
+    limit: int,
+    cursor: str | None,
+) -> Page:
+    """One page of ``query``'s rows, newest first by ``keys`` (created_at, id), which an
+    index must cover so that a page costs the same on a large table as on a small one."""
+    check_limit(limit)
+    created, ident = keys
+    if cursor is not None:
+        moment, item_id = decode(cursor)
+        query = query.where(or_(created < moment, and_(created == moment, ident < item_id)))
+    query = query.order_by(created.desc(), ident.desc()).limit(limit + 1)
+    with read_connection(engine) as conn:
+        rows = conn.execute(query).all()
+    more = len(rows) > limit
+    last = rows[limit - 1] if more else None
+    following = encode(last._mapping[created], last._mapping[ident]) if last else None
+    return Page([summarize(row) for row in rows[:limit]], following)

@@ -1,0 +1,126 @@
+"""Run control for apps, mixed into ``tasks.client.AgentClient``: cancel a turn or a
+workflow, retry a workflow from where it stopped, and list sessions and workflows.
+
+Each control action is one guarded commit, so it applies once whatever races it: a
+handler or step still running when its turn or workflow is cancelled has its result
+refused when it tries to commit.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from config import Settings
+from state.documents.codec import Document
+from state.errors import InvalidPayloadError, NotFoundError, RunStateError
+from state.ids import validate_id
+from state.machine import Phase
+from state.sessions.listing import list_sessions
+from state.storage.backend import Backend
+from state.turns.interventions import TurnInterventions
+from state.turns.services import TurnServices
+from state.workflow import WorkflowStatus
+from state.workflows.engine import WorkflowEngine
+from state.workflows.listing import list_workflows
+from tasks.actions import known_actions
+from tasks.dispatch import CeleryDispatcher
+
+MAX_KEY_CHARS = 255
+
+
+def require_key(key: object) -> str:
+    """``key`` if it is a usable idempotency key (1-255 characters of text, no NUL)."""
+    if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY_CHARS or "\x00" in key:
+        raise InvalidPayloadError(f"idempotency_key must be 1-{MAX_KEY_CHARS} characters of text")
+    return key
+
+
+class RunControl:
+    """The run-control half of AgentClient (see the module docstring)."""
+
+    settings: Settings
+    backend: Backend
+    dispatcher: CeleryDispatcher
+    workflows: WorkflowEngine
+
+    @cached_property
+    def _interventions(self) -> TurnInterventions:
+        return TurnInterventions(TurnServices.build(self.backend, self.dispatcher, known_actions))
+
+    def cancel_turn(self, session_id: str) -> bool:
+        """End the session's running turn now.
+
+        The session rests again (``idle``) with one assistant message whose
+        ``metadata.kind`` is ``"cancelled"``; a handler still running has its result
+        refused; a workflow the turn waits on is cancelled too; messages queued after it
+        still run. Returns False when no turn was running.
+        """
+        validate_id(session_id, "session")
+        return self._interventions.cancel_turn(session_id)
+
+    def cancel_workflow(self, workflow_id: str) -> Document:
+        """Cancel a running workflow: its status becomes ``cancelled``, every step not yet
+        terminal ends ``skipped`` with ``error == "cancelled"``, and nothing of it runs
+        afterwards. Returns the workflow."""
+        self._require_status(workflow_id, {WorkflowStatus.RUNNING}, "cancel")
+        if not self.workflows.cancel(workflow_id):
+            self._require_status(workflow_id, {WorkflowStatus.RUNNING}, "cancel")
+        return self._workflow(workflow_id)
+
+    def retry_workflow(self, workflow_id: str) -> Document:
+        """Run a ``failed`` or ``cancelled`` workflow again from where it stopped: failed
+        and skipped steps go back to ``pending`` (``retry_count`` 0), successful steps keep
+        their outputs and never run again. Returns the workflow."""
+        retryable = {WorkflowStatus.FAILED, WorkflowStatus.CANCELLED}
+        self._require_status(workflow_id, retryable, "retry")
+        if not self.workflows.retry(workflow_id):
+            self._require_status(workflow_id, retryable, "retry")
+        return self._workflow(workflow_id)
+
+    def list_sessions(
+        self,
+        user_id: str | None = None,
+        phase: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Document:
+        """Sessions newest first: ``{"items": [...], "next_cursor": str | None}``."""
+        if user_id is not None:
+            validate_id(user_id, "user")
+        if phase is not None and phase not in set(Phase):
+            raise InvalidPayloadError(f"phase must be one of {', '.join(Phase)}")
+        page = list_sessions(
+            self.backend.engine, user_id=user_id, phase=phase, limit=limit, cursor=cursor
+        )
+        return page.as_dict()
+
+    def list_workflows(
+        self,
+        session_id: str | None = None,
+        status: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Document:
+        """Workflows newest first: ``{"items": [...], "next_cursor": str | None}``."""
+        if session_id is not None:
+            validate_id(session_id, "session")
+        if status is not None and status not in set(WorkflowStatus):
+            raise InvalidPayloadError(f"status must be one of {', '.join(WorkflowStatus)}")
+        page = list_workflows(
+            self.backend.engine, session_id=session_id, status=status, limit=limit, cursor=cursor
+        )
+        return page.as_dict()
+
+    def _require_status(self, workflow_id: str, allowed: set[WorkflowStatus], verb: str) -> None:
+        validate_id(workflow_id, "workflow")
+        status = self.workflows.store.status(workflow_id)
+        if status is None:
+            raise NotFoundError(f"unknown workflow {workflow_id!r}")
+        if status not in allowed:
+            raise RunStateError(f"workflow {workflow_id} is {status}: nothing to {verb}")
+
+    def _workflow(self, workflow_id: str) -> Document:
+        doc = self.workflows.store.document(workflow_id)
+        if doc is None:
+            raise NotFoundError(f"unknown workflow {workflow_id!r}")
+        return doc
