@@ -9,6 +9,8 @@ returns the dependents it made ready in O(its dependents), not a scan over every
 
 from __future__ import annotations
 
+import difflib
+import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -17,7 +19,12 @@ from enum import StrEnum
 from typing import Any
 
 from state.documents.codec import require_storable
-from state.errors import InvalidIdError, InvalidPayloadError, WorkflowSpecError
+from state.errors import (
+    InvalidIdError,
+    InvalidPayloadError,
+    UnknownActionError,
+    WorkflowSpecError,
+)
 from state.ids import new_id, validate_id
 
 MAX_STEPS = 10_000
@@ -25,6 +32,26 @@ MAX_STEP_NAME_LENGTH = 255
 MAX_NAME_LENGTH = 128
 MAX_RETRIES_LIMIT = 100
 DEFAULT_MAX_RETRIES = 3
+
+# The public spec keys (README "Actions"). A key outside these is refused, naming the
+# nearest valid one: a typo such as "depends_on" must not silently run a step early.
+SPEC_KEYS = ("workflow_id", "session_id", "context", "steps")
+STEP_KEYS = (
+    "step_id",
+    "step_name",
+    "action",
+    "inputs",
+    "dependencies",
+    "max_retries",
+    # Planned, for run control and approvals (ARCHITECTURE.md, part 2): accepted and
+    # type-checked here so that specs written for them are not refused, but nothing acts
+    # on them yet.
+    "timeout_s",
+    "not_before_s",
+    "approval",
+)
+_NAMED_KEYS = 5
+_SHOWN_KEY_CHARS = 64
 
 
 class WorkflowStepStatus(StrEnum):
@@ -195,6 +222,7 @@ def parse_spec(
     """Validate a workflow spec completely and build its state; raise WorkflowSpecError."""
     if not isinstance(spec, dict):
         raise WorkflowSpecError("workflow spec must be a JSON object")
+    _check_keys(spec, SPEC_KEYS, "workflow spec")
     raw_steps = spec.get("steps")
     if not isinstance(raw_steps, list) or not raw_steps:
         raise WorkflowSpecError("workflow spec needs a non-empty 'steps' list")
@@ -218,6 +246,27 @@ def parse_spec(
         steps=steps,
         context=context,
     )
+
+
+def _check_keys(raw: dict[str, Any], valid: tuple[str, ...], where: str) -> None:
+    unknown = [key for key in raw if key not in valid]
+    if not unknown:
+        return
+    named = [_suggest(key, valid) for key in unknown[:_NAMED_KEYS]]
+    if len(unknown) > _NAMED_KEYS:
+        named.append(f"and {len(unknown) - _NAMED_KEYS} more")
+    plural = "s" if len(unknown) > 1 else ""
+    raise WorkflowSpecError(
+        f"{where}: unknown key{plural} {', '.join(named)}; valid keys: {', '.join(valid)}"
+    )
+
+
+def _suggest(key: object, valid: tuple[str, ...]) -> str:
+    shown = repr(key)
+    if len(shown) > _SHOWN_KEY_CHARS:
+        shown = shown[: _SHOWN_KEY_CHARS - 3] + "..."
+    close = difflib.get_close_matches(str(key), valid, n=1)
+    return f"{shown} (did you mean {close[0]!r}?)" if close else shown
 
 
 def _storable(value: object, what: str) -> None:
@@ -246,12 +295,13 @@ def _parse_step(raw: object, index: int, actions: set[str] | None) -> WorkflowSt
     except InvalidIdError as exc:
         raise WorkflowSpecError(f"{where}: {exc}") from exc
     where = f"step {step_id!r}"
+    _check_keys(raw, STEP_KEYS, where)
+    _check_planned(raw, where)
     action = raw.get("action")
     if not isinstance(action, str) or not action:
         raise WorkflowSpecError(f"{where} needs an 'action' name")
     if actions is not None and action not in actions:
-        known = ", ".join(sorted(actions))
-        raise WorkflowSpecError(f"{where}: unknown action {action!r} (known: {known})")
+        raise UnknownActionError(f"{where}: unknown action {action!r}{_known(action, actions)}")
     inputs = raw.get("inputs", {})
     if not isinstance(inputs, dict):
         raise WorkflowSpecError(f"{where}: 'inputs' must be a JSON object")
@@ -271,6 +321,27 @@ def _parse_step(raw: object, index: int, actions: set[str] | None) -> WorkflowSt
         max_retries=_parse_max_retries(raw.get("max_retries", DEFAULT_MAX_RETRIES), where),
         action=action,
     )
+
+
+def _known(action: str, actions: set[str]) -> str:
+    close = difflib.get_close_matches(action, sorted(actions), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f" ({hint}known: {', '.join(sorted(actions))})"
+
+
+def _check_planned(raw: dict[str, Any], where: str) -> None:
+    """Type-check the planned step keys (see STEP_KEYS); their values are not used yet."""
+    for key in ("timeout_s", "not_before_s"):
+        if key not in raw:
+            continue
+        value = raw[key]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise WorkflowSpecError(f"{where}: {key!r} must be a number of seconds")
+        if not math.isfinite(value) or value < 0 or (key == "timeout_s" and value == 0):
+            bound = "above 0" if key == "timeout_s" else "0 or more"
+            raise WorkflowSpecError(f"{where}: {key!r} must be {bound} (and finite)")
+    if "approval" in raw and not isinstance(raw["approval"], bool):
+        raise WorkflowSpecError(f"{where}: 'approval' must be true or false")
 
 
 def _parse_dependencies(deps: object, where: str) -> list[str]:

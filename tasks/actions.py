@@ -14,9 +14,9 @@ from collections.abc import Callable
 from config import get_settings
 from state.calculator import evaluate
 from state.documents.codec import Document
-from state.errors import ActionFailed, ActionRegistrationError, InvalidPayloadError
+from state.errors import ActionFailed, ActionRegistrationError, PermanentActionError
 
-__all__ = ["ActionFailed", "action", "get_action", "import_action_modules", "known_actions"]
+__all__ = ["action", "get_action", "import_action_modules", "known_actions"]
 
 logger = logging.getLogger(__name__)
 
@@ -100,17 +100,22 @@ def echo(inputs: Document, deps: Document, context: Document) -> Document:
 
 @action("sleep")
 def sleep(inputs: Document, deps: Document, context: Document) -> Document:
-    """Sleep ``seconds`` (at most an hour)."""
-    seconds = float(inputs.get("seconds", 0))
+    """Sleep ``seconds`` (at most an hour); other values fail the step without a retry."""
+    seconds = inputs.get("seconds", 0)
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise PermanentActionError(f"seconds must be a number, not {type(seconds).__name__}")
     if not 0 <= seconds <= MAX_SLEEP_S:
-        raise InvalidPayloadError(f"seconds must be between 0 and {MAX_SLEEP_S:g}")
+        raise PermanentActionError(f"seconds must be between 0 and {MAX_SLEEP_S:g}")
     time.sleep(seconds)
     return {"slept": seconds}
 
 
 @action("calculate")
 def calculate(inputs: Document, deps: Document, context: Document) -> Document:
-    """Evaluate ``expression``; a dependency's step id stands for its output ``value``."""
+    """Evaluate ``expression``; a dependency's step id stands for its output ``value``.
+
+    A bad expression raises CalculationError, which is not retried (it would fail again).
+    """
     names = {
         step_id: output["value"]
         for step_id, output in deps.items()
@@ -121,5 +126,8 @@ def calculate(inputs: Document, deps: Document, context: Document) -> Document:
 
 @action("fail")
 def fail(inputs: Document, deps: Document, context: Document) -> Document:
-    """Raise ActionFailed with ``message``."""
-    raise ActionFailed(str(inputs.get("message", "failed on purpose")))
+    """Fail with ``message``: at once, or under ``max_retries`` with ``retryable: true``."""
+    message = str(inputs.get("message", "failed on purpose"))
+    if inputs.get("retryable") is True:
+        raise ActionFailed(message)
+    raise PermanentActionError(message)
