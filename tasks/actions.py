@@ -11,12 +11,14 @@ import logging
 import time
 from collections.abc import Callable
 
-from config import get_settings
+from config import Settings, get_settings, redact_url
 from state.calculator import evaluate
 from state.documents.codec import Document
 from state.errors import ActionFailed, ActionRegistrationError, PermanentActionError
+from state.storage.db import get_engine
+from state.workflows.served import ServedActions
 
-__all__ = ["action", "get_action", "import_action_modules", "known_actions"]
+__all__ = ["action", "get_action", "import_action_modules", "known_actions", "publish_actions"]
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +92,29 @@ def known_actions(modules: list[str] | None = None) -> list[str]:
     """Every registered action name (after importing ``modules``, default: Settings')."""
     import_action_modules(modules)
     return sorted(_registry)
+
+
+def publish_actions(worker: str, settings: Settings | None = None) -> None:
+    """Record the actions this process serves in the database (``ServedActions``).
+
+    Called when a worker starts, after importing AGENTSTATE_ACTION_MODULES, so that a
+    sender that never imported those modules can still start workflows that use them.
+    A failure is logged, not raised: the worker starts anyway, and senders still know
+    the actions they imported themselves.
+    """
+    settings = settings or get_settings()
+    try:
+        import_action_modules(settings.action_module_list)
+        engine = get_engine(settings.database_url, auto_migrate=settings.auto_migrate)
+        served = {name: fn.__module__ for name, fn in _registry.items()}
+        ServedActions(engine).publish(worker, served)
+        # A prefork worker's main process runs no task: hand no open socket to its children.
+        engine.dispose()
+    except Exception as exc:
+        first_line = (redact_url(str(exc)).splitlines() or [type(exc).__name__])[0]
+        logger.warning("could not publish this worker's actions: %s", first_line)
+        return
+    logger.info("%s serves actions: %s", worker, ", ".join(sorted(served)))
 
 
 @action("echo")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import celeryd_after_setup, worker_process_init
 
 from config import Settings, get_settings
 from config.celery import celery_config
@@ -30,3 +30,13 @@ def _fresh_connections(**_: object) -> None:
     from tasks.runtime import reset_runtime
 
     reset_runtime()
+
+
+@celeryd_after_setup.connect
+def _publish_actions(sender: object = None, **_: object) -> None:
+    # Once logging is set up, before the pool forks and before any task is taken:
+    # senders validate workflow specs against the actions the workers serve, so an app
+    # need not import its action modules.
+    from tasks.actions import publish_actions
+
+    publish_actions(str(sender or "unknown"))
