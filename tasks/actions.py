@@ -1,7 +1,9 @@
 """Workflow actions: ``@action("name")`` registers ``fn(inputs, deps, context) -> dict``.
 
 Workers import the modules named in ``AGENTSTATE_ACTION_MODULES`` at start, so an app's
-actions register themselves by being imported. Built-ins: echo, sleep, calculate, fail.
+actions register themselves by being imported, and publish the names they serve
+(:func:`publish_actions`). Built-ins: echo, sleep, calculate, fail. Errors for action
+authors (``PermanentActionError``) are imported from ``state.errors``; README "Actions".
 """
 
 from __future__ import annotations
@@ -36,14 +38,20 @@ def action(name: str) -> Callable[[ActionFn], ActionFn]:
     that names it:
 
     - ``inputs``: the step's ``inputs`` from the spec;
-    - ``deps``: the outputs of the step's dependencies, by step id;
-    - ``context``: the workflow's shared ``context``.
+    - ``deps``: the outputs of the step's dependencies, by step id
+      (``{"intro": {"words": 3}}``; ``{}`` without dependencies);
+    - ``context``: the workflow's shared ``context`` and, when present,
+      ``context["idempotency_key"]`` (the same for every attempt of the step).
 
     It returns a JSON object (the step's ``outputs``). A raised exception is retried
     with exponential backoff up to the step's ``max_retries`` (default 3), then the
-    step fails and its dependents are skipped. The step's state changes apply exactly
-    once; an external side effect may repeat if a worker dies mid-step, so pass a key
-    the external system deduplicates on.
+    step fails and its dependents are skipped. Raise ``state.errors.PermanentActionError``
+    (or an exception whose class has ``retryable = False``) to fail the step at once.
+    The step's state changes apply exactly once; an external side effect may repeat if
+    a worker dies mid-step, so pass the idempotency key to the external system.
+
+    Workers publish the names they serve when they start, so a sender need not import
+    the module to start a workflow that uses it.
 
     Args:
         name: the name specs use in ``"action"``; one function per name.
@@ -53,10 +61,13 @@ def action(name: str) -> Callable[[ActionFn], ActionFn]:
 
     Example::
 
+        from state.errors import PermanentActionError
         from tasks.actions import action
 
         @action("reverse")
         def reverse(inputs, deps, context):
+            if not isinstance(inputs.get("text"), str):
+                raise PermanentActionError("'text' must be a string")
             return {"text": inputs["text"][::-1]}
     """
     if not isinstance(name, str) or not name:
