@@ -36,19 +36,12 @@ DEFAULT_MAX_RETRIES = 3
 # The public spec keys (README "Actions"). A key outside these is refused, naming the
 # nearest valid one: a typo such as "depends_on" must not silently run a step early.
 SPEC_KEYS = ("workflow_id", "session_id", "context", "steps")
+# Planned, for run control and approvals (ARCHITECTURE.md, part 2): accepted and
+# type-checked so that specs written for them are not refused; nothing acts on them yet.
+PLANNED_STEP_KEYS = ("timeout_s", "not_before_s", "approval")
 STEP_KEYS = (
-    "step_id",
-    "step_name",
-    "action",
-    "inputs",
-    "dependencies",
-    "max_retries",
-    # Planned, for run control and approvals (ARCHITECTURE.md, part 2): accepted and
-    # type-checked here so that specs written for them are not refused, but nothing acts
-    # on them yet.
-    "timeout_s",
-    "not_before_s",
-    "approval",
+    *("step_id", "step_name", "action", "inputs", "dependencies", "max_retries"),
+    *PLANNED_STEP_KEYS,
 )
 _NAMED_KEYS = 5
 _SHOWN_KEY_CHARS = 64
