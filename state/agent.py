@@ -9,9 +9,9 @@ delivery can never apply it twice. A handler decorated with :func:`quick` promis
 finish in milliseconds, which lets the ``inline`` hop policy run it without a broker hop.
 
 A whole agent, as small as it gets (the phases it leaves out fire their default
-trigger, see :data:`DEFAULT_TRIGGERS`)::
+trigger, see :data:`DEFAULT_TRIGGERS`; ``examples/shout_agent.py`` is a fuller one)::
 
-    # shout_agent.py, run with AGENTSTATE_AGENT=shout_agent
+    # loud.py, run with AGENTSTATE_AGENT=loud
     from state.agent import PhaseContext, PhaseResult, quick
 
     @quick
@@ -21,10 +21,12 @@ trigger, see :data:`DEFAULT_TRIGGERS`)::
 The triggers each phase may fire are the FSM table (``state.machine.TRANSITIONS``):
 understanding -> ``intent_clear`` | ``need_clarification``; planning -> ``plan_ready``;
 retrieving -> ``context_ready``; executing -> ``tools_complete`` (or None with a
-``workflow`` to wait for); evaluating -> ``result_good`` | ``retry_needed``;
-generating -> ``response_sent``; any phase -> ``error_occurred``. A handler that raises
-ends the turn with an apology (the cause is kept in ``metadata.last_error``); so does a
-trigger the table does not allow from the phase.
+``workflow`` to wait for); evaluating -> ``result_good`` | ``retry_needed`` (executing
+runs at most 3 times per turn); generating -> ``response_sent``; any phase ->
+``error_occurred`` (the turn ends with the result's ``reply``, or an apology). A handler
+that raises ends the turn with an apology (the cause is kept in
+``metadata.last_error``); so does a trigger the table does not allow from the phase, or
+a result that cannot be stored. The README's "Your own agent" says the same at length.
 """
 
 from __future__ import annotations

@@ -101,13 +101,31 @@ class UnknownActionError(WorkflowSpecError):
 class CalculationError(AgentStateError):
     """An expression is not safe arithmetic, or has no finite value in range."""
 
+    # The same expression fails the same way every time: a workflow step that raises it
+    # fails at once instead of being retried (see PermanentActionError).
+    retryable = False
+
 
 class StepTimeoutError(AgentStateError):
     """A workflow step ran longer than its ``timeout_s`` (a failed attempt, retried)."""
 
 
 class ActionFailed(AgentStateError):
-    """A workflow action gave up (the ``fail`` action raises it on purpose)."""
+    """A workflow action gave up; its step is retried under ``max_retries``."""
+
+
+class PermanentActionError(ActionFailed):
+    """A workflow action failed in a way no retry can fix: its step fails at once.
+
+    Raise it from an action (``from state.errors import PermanentActionError``) when the
+    same inputs would fail the same way every time (bad inputs, a 4xx answer, a broken
+    expression). The step ends ``failed`` without a retry, its ``error`` is
+    ``"PermanentActionError: <message>"`` and its dependents are skipped. The engine asks
+    ``retryable`` of whatever an action raises, so an app's own exception class with
+    ``retryable = False`` behaves the same.
+    """
+
+    retryable = False
 
 
 class ActionRegistrationError(AgentStateError):

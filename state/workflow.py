@@ -9,7 +9,9 @@ returns the dependents it made ready in O(its dependents), not a scan over every
 
 from __future__ import annotations
 
+import difflib
 import hashlib
+import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -20,7 +22,12 @@ from typing import Any
 import orjson
 
 from state.documents.codec import require_storable
-from state.errors import InvalidIdError, InvalidPayloadError, WorkflowSpecError
+from state.errors import (
+    InvalidIdError,
+    InvalidPayloadError,
+    UnknownActionError,
+    WorkflowSpecError,
+)
 from state.ids import new_id, validate_id
 
 MAX_STEPS = 10_000
@@ -29,6 +36,20 @@ MAX_NAME_LENGTH = 128
 MAX_RETRIES_LIMIT = 100
 MAX_STEP_SECONDS = 7 * 24 * 3600.0  # timers and timeouts up to a week
 DEFAULT_MAX_RETRIES = 3
+
+# The public spec keys (README "Actions"). A key outside these is refused, naming the
+# nearest valid one: a typo such as "depends_on" must not silently run a step early.
+SPEC_KEYS = ("workflow_id", "session_id", "context", "steps")
+# Planned, for approvals (ARCHITECTURE.md, part 2): accepted and type-checked so that
+# specs written for them are not refused; nothing acts on them yet.
+PLANNED_STEP_KEYS = ("approval",)
+STEP_KEYS = (
+    *("step_id", "step_name", "action", "inputs", "dependencies", "max_retries"),
+    *("timeout_s", "not_before_s"),
+    *PLANNED_STEP_KEYS,
+)
+_NAMED_KEYS = 5
+_SHOWN_KEY_CHARS = 64
 
 
 class WorkflowStepStatus(StrEnum):
@@ -203,6 +224,7 @@ def parse_spec(
     """Validate a workflow spec completely and build its state; raise WorkflowSpecError."""
     if not isinstance(spec, dict):
         raise WorkflowSpecError("workflow spec must be a JSON object")
+    _check_keys(spec, SPEC_KEYS, "workflow spec")
     raw_steps = spec.get("steps")
     if not isinstance(raw_steps, list) or not raw_steps:
         raise WorkflowSpecError("workflow spec needs a non-empty 'steps' list")
@@ -227,6 +249,27 @@ def parse_spec(
         context=context,
         spec_hash=spec_fingerprint(spec),
     )
+
+
+def _check_keys(raw: dict[str, Any], valid: tuple[str, ...], where: str) -> None:
+    unknown = [key for key in raw if key not in valid]
+    if not unknown:
+        return
+    named = [_suggest(key, valid) for key in unknown[:_NAMED_KEYS]]
+    if len(unknown) > _NAMED_KEYS:
+        named.append(f"and {len(unknown) - _NAMED_KEYS} more")
+    plural = "s" if len(unknown) > 1 else ""
+    raise WorkflowSpecError(
+        f"{where}: unknown key{plural} {', '.join(named)}; valid keys: {', '.join(valid)}"
+    )
+
+
+def _suggest(key: object, valid: tuple[str, ...]) -> str:
+    shown = repr(key)
+    if len(shown) > _SHOWN_KEY_CHARS:
+        shown = shown[: _SHOWN_KEY_CHARS - 3] + "..."
+    close = difflib.get_close_matches(str(key), valid, n=1)
+    return f"{shown} (did you mean {close[0]!r}?)" if close else shown
 
 
 def _storable(value: object, what: str) -> None:
@@ -255,12 +298,13 @@ def _parse_step(raw: object, index: int, actions: set[str] | None) -> WorkflowSt
     except InvalidIdError as exc:
         raise WorkflowSpecError(f"{where}: {exc}") from exc
     where = f"step {step_id!r}"
+    _check_keys(raw, STEP_KEYS, where)
+    _check_timing(raw, where)
     action = raw.get("action")
     if not isinstance(action, str) or not action:
         raise WorkflowSpecError(f"{where} needs an 'action' name")
     if actions is not None and action not in actions:
-        known = ", ".join(sorted(actions))
-        raise WorkflowSpecError(f"{where}: unknown action {action!r} (known: {known})")
+        raise UnknownActionError(f"{where}: unknown action {action!r}{_known(action, actions)}")
     inputs = raw.get("inputs", {})
     if not isinstance(inputs, dict):
         raise WorkflowSpecError(f"{where}: 'inputs' must be a JSON object")
@@ -279,9 +323,32 @@ def _parse_step(raw: object, index: int, actions: set[str] | None) -> WorkflowSt
         outputs={},
         max_retries=_parse_max_retries(raw.get("max_retries", DEFAULT_MAX_RETRIES), where),
         action=action,
-        timeout_s=_parse_seconds(raw.get("timeout_s"), "timeout_s", where, minimum=0.001),
-        not_before_s=_parse_seconds(raw.get("not_before_s"), "not_before_s", where, minimum=0.0),
+        timeout_s=_seconds(raw, "timeout_s"),
+        not_before_s=_seconds(raw, "not_before_s"),
     )
+
+
+def _known(action: str, actions: set[str]) -> str:
+    close = difflib.get_close_matches(action, sorted(actions), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f" ({hint}known: {', '.join(sorted(actions))})"
+
+
+def _check_timing(raw: dict[str, Any], where: str) -> None:
+    """Check a step's ``timeout_s`` and ``not_before_s`` (and the planned ``approval``)."""
+    for key in ("timeout_s", "not_before_s"):
+        if key not in raw:
+            continue
+        value = raw[key]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise WorkflowSpecError(f"{where}: {key!r} must be a number of seconds")
+        if not math.isfinite(value) or value < 0 or (key == "timeout_s" and value == 0):
+            bound = "above 0" if key == "timeout_s" else "0 or more"
+            raise WorkflowSpecError(f"{where}: {key!r} must be {bound} (and finite)")
+        if value > MAX_STEP_SECONDS:
+            raise WorkflowSpecError(f"{where}: {key!r} must be at most {MAX_STEP_SECONDS:g}")
+    if "approval" in raw and not isinstance(raw["approval"], bool):
+        raise WorkflowSpecError(f"{where}: 'approval' must be true or false")
 
 
 def _parse_dependencies(deps: object, where: str) -> list[str]:
@@ -300,14 +367,9 @@ def _parse_max_retries(value: object, where: str) -> int:
     return value
 
 
-def _parse_seconds(value: object, key: str, where: str, *, minimum: float) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise WorkflowSpecError(f"{where}: {key!r} must be a number of seconds")
-    if not minimum <= value <= MAX_STEP_SECONDS:
-        raise WorkflowSpecError(f"{where}: {key!r} must be {minimum:g}-{MAX_STEP_SECONDS:g}")
-    return float(value)
+def _seconds(raw: dict[str, Any], key: str) -> float | None:
+    value = raw.get(key)
+    return None if value is None else float(value)
 
 
 def spec_fingerprint(spec: dict[str, Any]) -> str:

@@ -1,7 +1,9 @@
 """Workflow actions: ``@action("name")`` registers ``fn(inputs, deps, context) -> dict``.
 
 Workers import the modules named in ``AGENTSTATE_ACTION_MODULES`` at start, so an app's
-actions register themselves by being imported. Built-ins: echo, sleep, calculate, fail.
+actions register themselves by being imported, and publish the names they serve
+(:func:`publish_actions`). Built-ins: echo, sleep, calculate, fail. Errors for action
+authors (``PermanentActionError``) are imported from ``state.errors``; README "Actions".
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ import logging
 import time
 from collections.abc import Callable
 
-from config import get_settings
+from config import Settings, get_settings, redact_url
 from state.calculator import evaluate
 from state.documents.codec import Document
-from state.errors import ActionFailed, ActionRegistrationError, InvalidPayloadError
+from state.errors import ActionFailed, ActionRegistrationError, PermanentActionError
+from state.storage.db import get_engine
+from state.workflows.served import ServedActions
 
-__all__ = ["ActionFailed", "action", "get_action", "import_action_modules", "known_actions"]
+__all__ = ["action", "get_action", "import_action_modules", "known_actions", "publish_actions"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,14 +38,20 @@ def action(name: str) -> Callable[[ActionFn], ActionFn]:
     that names it:
 
     - ``inputs``: the step's ``inputs`` from the spec;
-    - ``deps``: the outputs of the step's dependencies, by step id;
-    - ``context``: the workflow's shared ``context``.
+    - ``deps``: the outputs of the step's dependencies, by step id
+      (``{"intro": {"words": 3}}``; ``{}`` without dependencies);
+    - ``context``: the workflow's shared ``context`` and, when present,
+      ``context["idempotency_key"]`` (the same for every attempt of the step).
 
     It returns a JSON object (the step's ``outputs``). A raised exception is retried
     with exponential backoff up to the step's ``max_retries`` (default 3), then the
-    step fails and its dependents are skipped. The step's state changes apply exactly
-    once; an external side effect may repeat if a worker dies mid-step, so pass a key
-    the external system deduplicates on.
+    step fails and its dependents are skipped. Raise ``state.errors.PermanentActionError``
+    (or an exception whose class has ``retryable = False``) to fail the step at once.
+    The step's state changes apply exactly once; an external side effect may repeat if
+    a worker dies mid-step, so pass the idempotency key to the external system.
+
+    Workers publish the names they serve when they start, so a sender need not import
+    the module to start a workflow that uses it.
 
     Args:
         name: the name specs use in ``"action"``; one function per name.
@@ -51,10 +61,13 @@ def action(name: str) -> Callable[[ActionFn], ActionFn]:
 
     Example::
 
+        from state.errors import PermanentActionError
         from tasks.actions import action
 
         @action("reverse")
         def reverse(inputs, deps, context):
+            if not isinstance(inputs.get("text"), str):
+                raise PermanentActionError("'text' must be a string")
             return {"text": inputs["text"][::-1]}
     """
     if not isinstance(name, str) or not name:
@@ -92,6 +105,29 @@ def known_actions(modules: list[str] | None = None) -> list[str]:
     return sorted(_registry)
 
 
+def publish_actions(worker: str, settings: Settings | None = None) -> None:
+    """Record the actions this process serves in the database (``ServedActions``).
+
+    Called when a worker starts, after importing AGENTSTATE_ACTION_MODULES, so that a
+    sender that never imported those modules can still start workflows that use them.
+    A failure is logged, not raised: the worker starts anyway, and senders still know
+    the actions they imported themselves.
+    """
+    settings = settings or get_settings()
+    try:
+        import_action_modules(settings.action_module_list)
+        engine = get_engine(settings.database_url, auto_migrate=settings.auto_migrate)
+        served = {name: fn.__module__ for name, fn in _registry.items()}
+        ServedActions(engine).publish(worker, served)
+        # A prefork worker's main process runs no task: hand no open socket to its children.
+        engine.dispose()
+    except Exception as exc:
+        first_line = (redact_url(str(exc)).splitlines() or [type(exc).__name__])[0]
+        logger.warning("could not publish this worker's actions: %s", first_line)
+        return
+    logger.info("%s serves actions: %s", worker, ", ".join(sorted(served)))
+
+
 @action("echo")
 def echo(inputs: Document, deps: Document, context: Document) -> Document:
     """Return the step's inputs."""
@@ -100,17 +136,22 @@ def echo(inputs: Document, deps: Document, context: Document) -> Document:
 
 @action("sleep")
 def sleep(inputs: Document, deps: Document, context: Document) -> Document:
-    """Sleep ``seconds`` (at most an hour)."""
-    seconds = float(inputs.get("seconds", 0))
+    """Sleep ``seconds`` (at most an hour); other values fail the step without a retry."""
+    seconds = inputs.get("seconds", 0)
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise PermanentActionError(f"seconds must be a number, not {type(seconds).__name__}")
     if not 0 <= seconds <= MAX_SLEEP_S:
-        raise InvalidPayloadError(f"seconds must be between 0 and {MAX_SLEEP_S:g}")
+        raise PermanentActionError(f"seconds must be between 0 and {MAX_SLEEP_S:g}")
     time.sleep(seconds)
     return {"slept": seconds}
 
 
 @action("calculate")
 def calculate(inputs: Document, deps: Document, context: Document) -> Document:
-    """Evaluate ``expression``; a dependency's step id stands for its output ``value``."""
+    """Evaluate ``expression``; a dependency's step id stands for its output ``value``.
+
+    A bad expression raises CalculationError, which is not retried (it would fail again).
+    """
     names = {
         step_id: output["value"]
         for step_id, output in deps.items()
@@ -121,5 +162,8 @@ def calculate(inputs: Document, deps: Document, context: Document) -> Document:
 
 @action("fail")
 def fail(inputs: Document, deps: Document, context: Document) -> Document:
-    """Raise ActionFailed with ``message``."""
-    raise ActionFailed(str(inputs.get("message", "failed on purpose")))
+    """Fail with ``message``: at once, or under ``max_retries`` with ``retryable: true``."""
+    message = str(inputs.get("message", "failed on purpose"))
+    if inputs.get("retryable") is True:
+        raise ActionFailed(message)
+    raise PermanentActionError(message)

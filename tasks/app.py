@@ -5,7 +5,12 @@ from __future__ import annotations
 import logging
 
 from celery import Celery
-from celery.signals import after_setup_logger, after_setup_task_logger, worker_process_init
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    celeryd_after_setup,
+    worker_process_init,
+)
 
 from config import Settings, get_settings
 from config.celery import celery_config
@@ -45,6 +50,16 @@ def _fresh_connections(**_: object) -> None:
 def _hide_secrets(logger: logging.Logger, **_: object) -> None:
     # Whatever a library puts in a worker's, beat's or Flower's log, no password stays.
     hide_secrets_in(logger)
+
+
+@celeryd_after_setup.connect
+def _publish_actions(sender: object = None, **_: object) -> None:
+    # Once logging is set up, before the pool forks and before any task is taken:
+    # senders validate workflow specs against the actions the workers serve, so an app
+    # need not import its action modules.
+    from tasks.actions import publish_actions
+
+    publish_actions(str(sender or "unknown"))
 
 
 # The start checks (settings, action modules, agent) connect to Celery's start signals.

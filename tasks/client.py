@@ -27,6 +27,7 @@ from state.storage.backend import Backend
 from state.store import PersistentStateManager
 from state.workflow import WorkflowStatus
 from state.workflows.engine import WorkflowEngine
+from state.workflows.served import ServedActions
 from state.workflows.store import WorkflowStore
 from tasks.actions import get_action, known_actions
 from tasks.app import app as default_app
@@ -63,6 +64,7 @@ class AgentClient(RunControl):
             get_action,
             self.settings,
         )
+        self.served_actions = ServedActions(self.backend.engine)
 
     # -- conversations ---------------------------------------------------------
 
@@ -118,8 +120,13 @@ class AgentClient(RunControl):
     # -- workflows -------------------------------------------------------------
 
     def start_workflow(self, spec: Document) -> str:
-        """Validate the whole spec (nothing is stored if it is bad), store it, start it."""
-        wf = self.workflows.validate(spec, known_actions(self.settings.action_module_list))
+        """Validate the whole spec (nothing is stored if it is bad), store it, start it.
+
+        An action is known if this process registered it (AGENTSTATE_ACTION_MODULES) or a
+        worker published it when it started.
+        """
+        known = {*known_actions(self.settings.action_module_list), *self.served_actions.names()}
+        wf = self.workflows.validate(spec, known)
         try:
             return self.workflows.start(wf)
         except BrokerError as exc:

@@ -223,6 +223,17 @@ class QuarantineRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
+class ActionRow(Base):
+    """A workflow action a worker serves (published at worker start; the last one wins)."""
+
+    __tablename__ = "actions"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    module: Mapped[str] = mapped_column(String(255), nullable=False)
+    worker: Mapped[str] = mapped_column(String(255), nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
 user_state: Table = Base.metadata.tables["user_state"]
 sessions: Table = Base.metadata.tables["sessions"]
 messages: Table = Base.metadata.tables["messages"]
@@ -230,3 +241,4 @@ inbox: Table = Base.metadata.tables["inbox"]
 workflows: Table = Base.metadata.tables["workflows"]
 steps: Table = Base.metadata.tables["workflow_steps"]
 quarantine: Table = Base.metadata.tables["quarantine"]
+actions: Table = Base.metadata.tables["actions"]

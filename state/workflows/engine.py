@@ -47,6 +47,12 @@ def retry_delay_s(base_s: float, retries_done: int) -> float:
     return float(delay * random.uniform(0.5, 1.0))
 
 
+def retryable(exc: BaseException) -> bool:
+    """Whether another attempt may help: not for PermanentActionError, CalculationError
+    or any exception whose class says ``retryable = False``."""
+    return getattr(exc, "retryable", True) is not False
+
+
 class WorkflowEngine:
     """Starts workflows and runs their steps exactly once each."""
 
@@ -130,7 +136,7 @@ class WorkflowEngine:
             raise
         except Exception as exc:
             logger.info("step %s/%s raised %r", workflow_id, step_id, exc)
-            return self._fail(claimed, f"{type(exc).__name__}: {exc}", retry=True)
+            return self._fail(claimed, f"{type(exc).__name__}: {exc}", retry=retryable(exc))
         self.follow(self.store.succeed(claimed, outputs))
         return "success"
 

@@ -137,7 +137,8 @@ def test_a_step_failing_for_good_skips_dependents_only(
         "context": {"run": run},
         "steps": [
             counted("start"),
-            step("doomed", "fail", ["start"], message="no luck") | {"max_retries": 2},
+            step("doomed", "fail", ["start"], message="no luck", retryable=True)
+            | {"max_retries": 2},
             counted("child", ["doomed"]),
             counted("grandchild", ["child"]),
             counted("branch", ["start"]),
@@ -161,6 +162,32 @@ def test_a_step_failing_for_good_skips_dependents_only(
     assert counts == {"start": "1", "branch": "1", "branch2": "1"}  # no success re-run
 
 
+def test_an_error_no_retry_can_fix_fails_its_step_at_once(client: AgentClient) -> None:
+    spec = {
+        "steps": [
+            step("divide", "calculate", expression="1/0") | {"max_retries": 3},
+            step("after", "echo", ["divide"]),
+            step("give_up", "fail", message="card declined") | {"max_retries": 3},
+            step("nap", "sleep", seconds="a while") | {"max_retries": 3},
+            step("fine", "calculate", expression="6*7") | {"max_retries": 3},
+        ]
+    }
+    doc = client.wait_for_workflow(client.start_workflow(spec), timeout=60)
+    steps = doc["steps"]
+    assert {sid: s["status"] for sid, s in steps.items()} == {
+        "divide": "failed",
+        "after": "skipped",
+        "give_up": "failed",
+        "nap": "failed",
+        "fine": "success",
+    }
+    assert [steps[s]["retry_count"] for s in ("divide", "give_up", "nap")] == [0, 0, 0]
+    assert steps["divide"]["error"] == "CalculationError: division by zero"
+    assert steps["give_up"]["error"] == "PermanentActionError: card declined"
+    assert steps["nap"]["error"] == "PermanentActionError: seconds must be a number, not str"
+    assert doc["status"] == "failed"
+
+
 @pytest.mark.parametrize(
     ("spec", "words"),
     [
@@ -181,6 +208,12 @@ def test_a_step_failing_for_good_skips_dependents_only(
         ({"steps": [step("bad id", "echo")]}, "invalid step id"),
         ({"steps": [step(f"s{i}", "echo") for i in range(10_001)]}, "limit is 10000"),
         ({"steps": [step("a", "echo")], "context": []}, "context"),
+        (
+            {"steps": [step("a", "echo"), {"step_id": "b", "action": "echo", "depends_on": ["a"]}]},
+            r"step 'b': unknown key 'depends_on' \(did you mean 'dependencies'\?\)",
+        ),
+        ({"step": [step("a", "echo")]}, r"unknown key 'step' \(did you mean 'steps'\?\)"),
+        ({"steps": [step("a", "echo") | {"timeout_s": "soon"}]}, "'timeout_s' must be a number"),
         ("not even a dict", "JSON object"),
     ],
 )
