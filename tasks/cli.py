@@ -22,27 +22,31 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from config import get_settings
 from config.urls import hide_secrets_in
-from state.errors import BadInputError, NotFoundError, UsageError, WorkflowSpecError
+from state.errors import BadInputError, UsageError, WorkflowSpecError
 from state.ids import validate_id
 from tasks import progress
+from tasks.cli_control import add_session_control, add_workflow_control
 from tasks.cli_support import (
     EXIT_BAD_INPUT,
     EXIT_FAILURE,
     EXIT_OK,
-    check_readable,
+    client,
+    command,
     database_label,
+    emit,
     failure_of,
+    group,
     positive_seconds,
+    reader,
     report,
+    unknown,
 )
-
-Handler = Callable[[argparse.Namespace], Any]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -89,14 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_session(sub)
     _add_user(sub)
     _add_workflow(sub)
-    _command(sub, "recover", cmd_recover, "run one recovery sweep (what beat runs periodically)")
-    migrate = _command(sub, "migrate", cmd_migrate, "migrate all stored state to this version")
+    command(sub, "recover", cmd_recover, "run one recovery sweep (what beat runs periodically)")
+    migrate = command(sub, "migrate", cmd_migrate, "migrate all stored state to this version")
     migrate.add_argument("--dry-run", action="store_true", help="count, change nothing")
     migrate.add_argument("--batch", type=int, default=200, help="rows per batch (200)")
-    fsm = _group(sub, "fsm", "the agent state machine")
+    fsm = group(sub, "fsm", "the agent state machine")
     fsm_sub = fsm.add_subparsers(metavar="ACTION")
-    _command(fsm_sub, "diagram", cmd_fsm_diagram, "print the FSM as a Mermaid diagram")
-    demo = _command(sub, "demo", cmd_demo, "a conversation and a workflow through real workers")
+    command(fsm_sub, "diagram", cmd_fsm_diagram, "print the FSM as a Mermaid diagram")
+    demo = command(sub, "demo", cmd_demo, "a conversation and a workflow through real workers")
     demo.add_argument("--workers", type=int, default=2, help="worker processes to start (2)")
     demo.add_argument("--no-workers", action="store_true", help="use workers already running")
     demo.add_argument("--no-flower", action="store_true", help="do not start Flower")
@@ -104,27 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _command(sub: Any, name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
-    command: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
-    command.add_argument("--json", action="store_true", help="machine-readable output")
-    command.set_defaults(handler=handler)
-    return command
-
-
-def _group(sub: Any, name: str, help_text: str) -> argparse.ArgumentParser:
-    group: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
-    group.set_defaults(help_of=group)
-    return group
-
-
 def _add_db(sub: Any) -> None:
-    db = _group(sub, "db", "database schema")
+    db = group(sub, "db", "database schema")
     db_sub = db.add_subparsers(metavar="ACTION")
-    _command(db_sub, "upgrade", cmd_db_upgrade, "create or upgrade the schema (Alembic)")
+    command(db_sub, "upgrade", cmd_db_upgrade, "create or upgrade the schema (Alembic)")
 
 
 def _add_send(sub: Any) -> None:
-    send = _command(sub, "send", cmd_send, "send a message to a session")
+    send = command(sub, "send", cmd_send, "send a message to a session")
     send.add_argument("session_id", metavar="SESSION_ID")
     send.add_argument("text", metavar="TEXT")
     send.add_argument("--user", required=True, metavar="USER_ID", help="who sends it")
@@ -133,16 +124,17 @@ def _add_send(sub: Any) -> None:
 
 
 def _add_session(sub: Any) -> None:
-    session = _group(sub, "session", "inspect sessions")
+    session = group(sub, "session", "inspect sessions")
     session_sub = session.add_subparsers(metavar="ACTION")
-    show = _command(session_sub, "show", cmd_session_show, "show a session and its history")
+    show = command(session_sub, "show", cmd_session_show, "show a session and its history")
     show.add_argument("session_id", metavar="SESSION_ID")
+    add_session_control(session_sub)
 
 
 def _add_user(sub: Any) -> None:
-    user = _group(sub, "user", "inspect users' persistent state")
+    user = group(sub, "user", "inspect users' persistent state")
     user_sub = user.add_subparsers(metavar="ACTION")
-    show = _command(user_sub, "show", cmd_user_show, "show a user's persistent state")
+    show = command(user_sub, "show", cmd_user_show, "show a user's persistent state")
     show.add_argument("user_id", metavar="USER_ID")
 
 
@@ -150,9 +142,9 @@ _FAILED_EXITS_1 = "exits 1 if the workflow failed (after printing it)"
 
 
 def _add_workflow(sub: Any) -> None:
-    workflow = _group(sub, "workflow", "run and inspect workflows")
+    workflow = group(sub, "workflow", "run and inspect workflows")
     wf_sub = workflow.add_subparsers(metavar="ACTION")
-    run = _command(wf_sub, "run", cmd_workflow_run, "start a workflow from a JSON spec file")
+    run = command(wf_sub, "run", cmd_workflow_run, "start a workflow from a JSON spec file")
     run.add_argument("spec", metavar="SPEC.json", help="the spec file ('-' reads stdin)")
     run.add_argument(
         "--wait", action="store_true", help=f"wait, with a progress bar; {_FAILED_EXITS_1}"
@@ -160,36 +152,12 @@ def _add_workflow(sub: Any) -> None:
     run.add_argument(
         "--timeout", type=positive_seconds, default=600.0, help="seconds to wait (600)"
     )
-    show = _command(
-        wf_sub, "show", cmd_workflow_show, f"show a workflow's steps; {_FAILED_EXITS_1}"
-    )
+    show = command(wf_sub, "show", cmd_workflow_show, f"show a workflow's steps; {_FAILED_EXITS_1}")
     show.add_argument("workflow_id", metavar="WORKFLOW_ID")
+    add_workflow_control(wf_sub)
 
 
 # -- commands ------------------------------------------------------------------
-
-
-def _client() -> Any:
-    from tasks.client import AgentClient
-
-    return AgentClient()
-
-
-def _reader() -> Any:
-    """A client for the read-only commands, after checking that reading creates nothing."""
-    check_readable(get_settings())
-    return _client()
-
-
-def _unknown(kind: str, item_id: str) -> NotFoundError:
-    return NotFoundError(f"unknown {kind} {item_id!r} in {database_label(get_settings())}")
-
-
-def _emit(args: argparse.Namespace, data: Any, human: Callable[[], None]) -> None:
-    if args.json:
-        print(json.dumps(data, indent=2, default=str))
-    else:
-        human()
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> None:
@@ -199,7 +167,7 @@ def cmd_db_upgrade(args: argparse.Namespace) -> None:
     settings = get_settings()
     revision = upgrade_schema(get_engine(settings.database_url, pool_size=1, max_overflow=0))
     where = database_label(settings)
-    _emit(
+    emit(
         args,
         {"revision": revision, "database": where},
         lambda: print(f"schema at revision {revision} ({where})"),
@@ -208,24 +176,24 @@ def cmd_db_upgrade(args: argparse.Namespace) -> None:
 
 def cmd_send(args: argparse.Namespace) -> None:
     """Send a message (and optionally wait for its reply)."""
-    client = _client()
-    message_id = client.send_message(args.session_id, args.text, user_id=args.user)
+    agent = client()
+    message_id = agent.send_message(args.session_id, args.text, user_id=args.user)
     if not args.wait:
-        _emit(args, {"message_id": message_id}, lambda: print(message_id))
+        emit(args, {"message_id": message_id}, lambda: print(message_id))
         return
-    watcher = progress.TurnWatcher(client, args.session_id, message_id, quiet=args.json)
+    watcher = progress.TurnWatcher(agent, args.session_id, message_id, quiet=args.json)
     reply, path = watcher.wait(args.timeout)
     data = {"message_id": message_id, "reply": reply, "path": path}
-    _emit(args, data, lambda: print(progress.printable(reply)))
+    emit(args, data, lambda: print(progress.printable(reply)))
 
 
 def cmd_session_show(args: argparse.Namespace) -> None:
     """Show a session."""
     validate_id(args.session_id, "session")
-    doc = _reader().get_session(args.session_id)
+    doc = reader().get_session(args.session_id)
     if doc is None:
-        raise _unknown("session", args.session_id)
-    _emit(args, doc, lambda: progress.print_session(doc))
+        raise unknown("session", args.session_id)
+    emit(args, doc, lambda: progress.print_session(doc))
 
 
 def cmd_user_show(args: argparse.Namespace) -> None:
@@ -234,23 +202,23 @@ def cmd_user_show(args: argparse.Namespace) -> None:
     from state.storage.user_rows import read_row
 
     validate_id(args.user_id, "user")
-    client = _reader()
-    with read_connection(client.backend.engine) as conn:
+    agent = reader()
+    with read_connection(agent.backend.engine) as conn:
         if read_row(conn, args.user_id) is None:
-            raise _unknown("user", args.user_id)
-    state = client.load_user_state(args.user_id)
+            raise unknown("user", args.user_id)
+    state = agent.load_user_state(args.user_id)
     print(json.dumps(state, indent=2, default=str))
 
 
 def cmd_workflow_run(args: argparse.Namespace) -> int:
     """Start a workflow from a spec file."""
     spec = _read_spec(args.spec)
-    client = _client()
-    workflow_id = client.start_workflow(spec)
+    agent = client()
+    workflow_id = agent.start_workflow(spec)
     if not args.wait:
-        _emit(args, {"workflow_id": workflow_id}, lambda: print(workflow_id))
+        emit(args, {"workflow_id": workflow_id}, lambda: print(workflow_id))
         return EXIT_OK
-    doc = progress.WorkflowWatcher(client, workflow_id, quiet=args.json).wait(args.timeout)
+    doc = progress.WorkflowWatcher(agent, workflow_id, quiet=args.json).wait(args.timeout)
     return _show_workflow(args, doc)
 
 
@@ -272,15 +240,15 @@ def _read_spec(path: str) -> Any:
 def cmd_workflow_show(args: argparse.Namespace) -> int:
     """Show a workflow."""
     validate_id(args.workflow_id, "workflow")
-    doc = _reader().get_workflow(args.workflow_id)
+    doc = reader().get_workflow(args.workflow_id)
     if doc is None:
-        raise _unknown("workflow", args.workflow_id)
+        raise unknown("workflow", args.workflow_id)
     return _show_workflow(args, doc)
 
 
 def _show_workflow(args: argparse.Namespace, doc: dict[str, Any]) -> int:
     """Print the workflow; exit 1 if it failed (one rule for `run --wait` and `show`)."""
-    _emit(args, doc, lambda: progress.print_workflow(doc))
+    emit(args, doc, lambda: progress.print_workflow(doc))
     if doc["status"] != "failed":
         return EXIT_OK
     if not args.json:
@@ -294,7 +262,7 @@ def cmd_recover(args: argparse.Namespace) -> None:
 
     report = runtime().recovery.run().as_dict()
     summary = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in report.items())
-    _emit(args, report, lambda: print(f"recovery sweep done ({summary})"))
+    emit(args, report, lambda: print(f"recovery sweep done ({summary})"))
 
 
 def cmd_migrate(args: argparse.Namespace) -> None:
@@ -311,14 +279,14 @@ def cmd_migrate(args: argparse.Namespace) -> None:
     )
     users = migrate_users(rt.services.users, dry_run=args.dry_run, batch=args.batch, progress=show)
     data = {"dry_run": args.dry_run, "sessions": sessions.as_dict(), "users": users.as_dict()}
-    _emit(args, data, lambda: progress.print_migration(data))
+    emit(args, data, lambda: progress.print_migration(data))
 
 
 def cmd_fsm_diagram(args: argparse.Namespace) -> None:
     """Print the FSM as Mermaid."""
     from state.machine import TRANSITIONS, mermaid_diagram
 
-    _emit(
+    emit(
         args,
         {"mermaid": mermaid_diagram(), "transitions": TRANSITIONS},
         lambda: print(mermaid_diagram()),

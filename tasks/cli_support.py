@@ -1,5 +1,6 @@
 """The command line's plumbing: how a failure is reported (one line, or one JSON object),
-argument types, and the database check of the read-only commands."""
+argument types, the database check of the read-only commands, and the builders every
+command module uses."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
 from kombu.exceptions import OperationalError as BrokerError
@@ -19,7 +21,7 @@ from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError as DatabaseError
 
-from config import Settings, redact_url, settings_error_line
+from config import Settings, get_settings, redact_url, settings_error_line
 from state.errors import (
     AgentStateError,
     BadInputError,
@@ -164,3 +166,49 @@ def _sqlite_file(settings: Settings) -> Path | None:
     if url.get_backend_name() != "sqlite" or not name or name == ":memory:" or url.query:
         return None  # in memory, or a URI filename whose meaning is SQLite's
     return Path(name).resolve()
+
+
+# -- building commands ------------------------------------------------------------
+
+Handler = Callable[[argparse.Namespace], Any]
+
+
+def command(sub: Any, name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+    """A subcommand with ``--json``, run by ``handler``."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def group(sub: Any, name: str, help_text: str) -> argparse.ArgumentParser:
+    """A group of subcommands; named alone, it prints its own help."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
+    parser.set_defaults(help_of=parser)
+    return parser
+
+
+def client() -> Any:
+    """An AgentClient from the environment's Settings."""
+    from tasks.client import AgentClient
+
+    return AgentClient()
+
+
+def reader() -> Any:
+    """A client for the read-only commands, after checking that reading creates nothing."""
+    check_readable(get_settings())
+    return client()
+
+
+def unknown(kind: str, item_id: str) -> NotFoundError:
+    """The error for an id that names nothing, saying which database was searched."""
+    return NotFoundError(f"unknown {kind} {item_id!r} in {database_label(get_settings())}")
+
+
+def emit(args: argparse.Namespace, data: Any, human: Callable[[], None]) -> None:
+    """Print ``data`` as JSON with ``--json``, else call ``human`` to print it as text."""
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        human()

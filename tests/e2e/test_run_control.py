@@ -341,3 +341,39 @@ def test_listing_by_user_is_an_index_scan(client: AgentClient) -> None:
             )
         ).all()
     assert "ix_sessions_user_created" in " ".join(str(r[0]) for r in plan)
+
+
+# -- the command line ----------------------------------------------------------------
+
+
+def test_the_cli_cancels_retries_and_lists(
+    client: AgentClient, control_settings: Settings, effects: redis.Redis
+) -> None:
+    from tests.e2e.test_cli import assert_one_line_error, run
+
+    session_id, user = uid("s"), uid("u")
+    client.send_message(session_id, "linger, what is 1+1?", user_id=user)
+    wait_until(lambda: client.get_session(session_id)["phase"] == "executing")  # type: ignore[index]
+    cancelled = run(control_settings, "session", "cancel", session_id, "--json")
+    assert cancelled.returncode == 0 and '"cancelled": true' in cancelled.stdout
+    again = run(control_settings, "session", "cancel", session_id)
+    assert again.returncode == 0 and "no turn was running" in again.stdout
+    listed = run(control_settings, "session", "list", "--user", user, "--json")
+    assert session_id in listed.stdout and '"next_cursor": null' in listed.stdout
+    run_id = uid("run")
+    spec = {"context": {"run": run_id}, "steps": [step("g", "gate", inputs={"name": "g"})]}
+    workflow_id = client.start_workflow(spec)
+    wait_until(lambda: effects.hget(effects_key(run_id), "g:started") == "1")
+    assert "cancelled" in run(control_settings, "workflow", "cancel", workflow_id).stdout
+    effects.set(f"{effects_key(run_id)}:open", 1)
+    retried = run(control_settings, "workflow", "retry", workflow_id, "--json")
+    assert retried.returncode == 0 and '"status": "running"' in retried.stdout
+    assert client.wait_for_workflow(workflow_id, timeout=30)["status"] == "success"
+    listed = run(control_settings, "workflow", "list", "--status", "success", "--limit", "5")
+    assert workflow_id in listed.stdout
+    missing = run(control_settings, "workflow", "cancel", uid("wf"))
+    assert_one_line_error(missing, 2, "unknown workflow")
+    finished = run(control_settings, "workflow", "retry", workflow_id)
+    assert_one_line_error(finished, 2, "success")
+    unknown = run(control_settings, "session", "cancel", uid("nobody"))
+    assert_one_line_error(unknown, 2, "unknown session")
