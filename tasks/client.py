@@ -45,7 +45,9 @@ class AgentClient:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or get_settings()
         self.backend = Backend.build(self.settings)
-        self.sessions = SessionStore.for_engine(self.backend.engine, self.backend.cache)
+        self.sessions = SessionStore.for_engine(
+            self.backend.engine, self.backend.cache, self.backend.statements
+        )
         self.inbox = Inbox(self.backend.engine)
         self.users = PersistentStateManager(
             self.backend.redis, self.backend.engine, settings=self.settings
@@ -54,7 +56,7 @@ class AgentClient:
         celery: Celery = default_app if self.settings == get_settings() else make_app(self.settings)
         self.dispatcher = CeleryDispatcher(celery)
         self.workflows = WorkflowEngine(
-            WorkflowStore.for_engine(self.backend.engine),
+            WorkflowStore.for_engine(self.backend.engine, self.backend.statements),
             self.dispatcher,
             get_action,
             self.settings,
