@@ -6,6 +6,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from config.brokers import broker_for
 from config.settings import Settings
 
 TASK_MODULES = ["tasks.phases", "tasks.workflow", "tasks.maintenance"]
@@ -16,9 +17,9 @@ BASELINE_MODULES = ["tasks.baseline"]
 def celery_config(settings: Settings) -> dict[str, Any]:
     """Every Celery setting agentstate relies on."""
     config = {
-        "broker_url": settings.broker_url,
+        # The URL, transport and queues for Redis, Redis Sentinel or RabbitMQ.
+        **broker_for(settings).options(),
         "broker_connection_retry_on_startup": True,
-        "broker_transport_options": {"visibility_timeout": settings.visibility_timeout_s},
         "result_backend": None,
         "task_ignore_result": True,
         # JSON only, in and out: a pickled message is refused, never executed.
@@ -59,6 +60,4 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         },
         "beat_schedule_filename": str(Path(tempfile.gettempdir()) / "agentstate-beat-schedule"),
     }
-    if settings.broker_url.split("://", 1)[0] in ("redis", "rediss"):
-        config["broker_transport"] = "tasks.transport:Transport"
     return config

@@ -39,6 +39,10 @@ class MalformedTaskMessageError(BadInputError):
     """A broker message is not a well-formed task message; it is refused, never run."""
 
 
+class ConfigurationError(BadInputError):
+    """A setting's value cannot be used (the message names it, never its secrets)."""
+
+
 class InvalidTransitionError(AgentStateError):
     """The trigger is not allowed from the machine's current state."""
 

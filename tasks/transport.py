@@ -30,3 +30,14 @@ class Transport(kombu_redis.Transport):
     """The Redis transport with client reuse."""
 
     Channel = Channel
+
+
+class SentinelChannel(Channel, kombu_redis.SentinelChannel):
+    """kombu's sentinel channel (the primary looked up through the Sentinels), with
+    client reuse."""
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """The Redis Sentinel transport with client reuse."""
+
+    Channel = SentinelChannel
