@@ -56,6 +56,11 @@ class StaleStateError(AgentStateError):
     """The state changed (or the lock was lost) since it was read; nothing was written."""
 
 
+class LockLostError(StaleStateError):
+    """The writer's lock expired or was taken before it committed (a pause, a network
+    partition): another worker may own the turn now; nothing was written."""
+
+
 class StateLockAcquisitionError(AgentStateError):
     """The state lock stayed busy through every retry."""
 

@@ -76,11 +76,12 @@ class AgentStateTask(Task):  # type: ignore[misc]
         try:
             return call()
         except StaleStateError as exc:
+            kinds = [c.__name__ for c in type(exc).__mro__ if issubclass(c, StaleStateError)]
             logger.info(
                 "%s[%s] lost a race and was dropped (%s): %s",
                 self.name,
                 self.request.id,
-                type(exc).__name__,
+                ", ".join(kinds),
                 exc,
             )
             return on_stale(exc)
