@@ -36,7 +36,9 @@ BUNDLED_SCHEMA = Path(__file__).resolve().parent / "data" / "compose-spec.json"
 IMAGE = "agentstate:latest"
 APP_SERVICES = {"migrate", "worker", "beat", "flower"}  # built from this repository
 ONE_SHOT = {"migrate"}
-EXPECTED_SERVICES = {"redis", "postgres", *APP_SERVICES}
+# Opt-in with `docker compose --profile NAME`: a plain `up` starts none of them.
+PROFILE_SERVICES = {"rabbitmq": "rabbitmq", "pgbouncer": "pgbouncer"}
+EXPECTED_SERVICES = {"redis", "postgres", *APP_SERVICES, *PROFILE_SERVICES}
 HEALTHY = "service_healthy"
 COMPLETED = "service_completed_successfully"
 EXPECTED_DEPENDS_ON = {
@@ -44,9 +46,15 @@ EXPECTED_DEPENDS_ON = {
     "worker": {"redis": HEALTHY, "postgres": HEALTHY, "migrate": COMPLETED},
     "beat": {"redis": HEALTHY, "postgres": HEALTHY, "migrate": COMPLETED},
     "flower": {"redis": HEALTHY},
+    "pgbouncer": {"postgres": HEALTHY},
 }
 # Programs of the third-party images, by service (the app image's are resolved below).
-THIRD_PARTY_PROGRAMS = {"redis": {"redis-server", "redis-cli"}, "postgres": {"pg_isready"}}
+THIRD_PARTY_PROGRAMS = {
+    "redis": {"redis-server", "redis-cli"},
+    "postgres": {"pg_isready"},
+    "rabbitmq": {"rabbitmq-diagnostics"},
+    "pgbouncer": {"pg_isready"},
+}
 # Values for the required variables when interpolating the file as Compose would.
 TEST_ENV = {"POSTGRES_PASSWORD": "pw-for-tests", "FLOWER_BASIC_AUTH": "admin:pw-for-tests"}
 SHELL_OPERATORS = {">", ">>", "2>", "2>&1", "|", "||", "&&", ";"}
@@ -243,6 +251,39 @@ def test_services_and_shared_image() -> None:
         assert service.get("image") == IMAGE, f"{name} must use the shared image {IMAGE}"
     assert services()["redis"]["image"].startswith("redis:7")
     assert services()["postgres"]["image"].startswith("postgres:15")
+    # Quorum queues and their at-least-once dead lettering (delayed delivery): 3.10+.
+    assert re.match(r"rabbitmq:(3\.1[0-9]|[4-9]\.)", services()["rabbitmq"]["image"])
+    assert "pgbouncer" in services()["pgbouncer"]["image"]
+
+
+def test_production_profiles_are_opt_in_and_switch_the_app_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from config.brokers import QuorumAmqpBroker, broker_for
+    from config.settings import DbPooler, Settings
+
+    for name, service in services().items():
+        expected = [PROFILE_SERVICES[name]] if name in PROFILE_SERVICES else None
+        assert service.get("profiles") == expected, f"{name}.profiles"
+    bouncer = environment(services()["pgbouncer"])
+    assert bouncer["POOL_MODE"] == "transaction" and bouncer["DB_HOST"] == "postgres"
+    # What the README tells operators to set with both profiles on.
+    chosen = {
+        **TEST_ENV,
+        "AGENTSTATE_BROKER_URL": "amqp://rabbitmq:5672//",
+        "AGENTSTATE_DB_HOST": "pgbouncer",
+        "AGENTSTATE_DB_POOLER": "pgbouncer",
+    }
+    env = {k: interpolate(v, chosen) for k, v in environment(services()["worker"]).items()}
+    for key in [k for k in os.environ if k.startswith("AGENTSTATE_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()
+    assert settings.broker_url.startswith("amqp://rabbitmq:")
+    assert isinstance(broker_for(settings), QuorumAmqpBroker)
+    assert "@pgbouncer:5432/" in settings.database_url
+    assert settings.db_pooler == DbPooler.PGBOUNCER
 
 
 def test_depends_on_names_real_services_with_the_right_conditions() -> None:
