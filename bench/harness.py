@@ -29,9 +29,13 @@ REPO = Path(__file__).resolve().parents[1]
 PG_SERVER = os.environ.get(
     "AGENTSTATE_BENCH_PG_SERVER", "postgresql+psycopg2://postgres@127.0.0.1:5432"
 )
-BENCH_DB = "agentstate_bench"
+BENCH_DB = os.environ.get("AGENTSTATE_BENCH_DB_NAME", "agentstate_bench")
 REDIS_URL = os.environ.get("AGENTSTATE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
 BROKER_URL = os.environ.get("AGENTSTATE_BENCH_BROKER_URL", "redis://127.0.0.1:6379/12")
+# A RabbitMQ vhost of the benchmarks' own (created with rabbitmqctl when missing).
+AMQP_URL = os.environ.get(
+    "AGENTSTATE_BENCH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/agentstate_bench"
+)
 DATABASE_URL = f"{PG_SERVER}/{BENCH_DB}"
 
 

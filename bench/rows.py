@@ -284,6 +284,38 @@ def lock_rates(processes: int = 4, each: int = 250) -> tuple[float, float]:
     return ours, raw
 
 
+# -- statements ----------------------------------------------------------------------
+
+
+def commit_micros(settings: dict[str, Settings], commits: int, rounds: int = 7) -> dict[str, float]:
+    """Microseconds per one-statement phase commit on the Postgres session store, in
+    this process, for each of ``settings`` (sent the way its ``db_pooler`` says). Rounds
+    take turns between them, so that load from elsewhere hits each alike; the median
+    round counts."""
+    from state.sessions.snapshot import SessionChange, Snapshot
+    from state.sessions.store import SessionStore
+    from state.storage.backend import Backend
+
+    stores: dict[str, tuple[SessionStore, Snapshot]] = {}
+    for label, each in settings.items():
+        backend = Backend.build(each)
+        store = SessionStore.for_engine(backend.engine, backend.cache, backend.statements)
+        stores[label] = (store, store.create(f"commit-{uuid.uuid4().hex[:8]}", "bench-user"))
+    results: dict[str, list[float]] = {label: [] for label in settings}
+    for round_ in range(rounds + 1):  # the first round warms the pools (and prepares)
+        for label, (store, first) in stores.items():
+            snap = first
+            started = time.perf_counter()
+            for i in range(commits):
+                phase = "planning" if i % 2 else "retrieving"
+                change = SessionChange(phase=phase, status="active", doc=dict(snap.doc))
+                snap = store.commit(snap, change).snapshot
+            stores[label] = (store, snap)
+            if round_:
+                results[label].append((time.perf_counter() - started) / commits * 1e6)
+    return {label: harness.median(values) for label, values in results.items()}
+
+
 # -- LangGraph -----------------------------------------------------------------------
 
 

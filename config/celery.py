@@ -6,21 +6,20 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from config.brokers import broker_for
 from config.settings import Settings
 
 TASK_MODULES = ["tasks.phases", "tasks.workflow", "tasks.maintenance"]
 # Bare tasks to measure against; off in production (they bump counters on request).
 BASELINE_MODULES = ["tasks.baseline"]
-# kombu's Redis transport minus a per-publish cost (tasks/transport.py), per URL scheme.
-REDIS_TRANSPORTS = {"redis": "tasks.transport:Transport", "rediss": "tasks.transport:TlsTransport"}
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
     """Every Celery setting agentstate relies on."""
     config = {
-        "broker_url": settings.broker_url,
+        # The URL, transport and queues for Redis, Redis Sentinel or RabbitMQ.
+        **broker_for(settings).options(),
         "broker_connection_retry_on_startup": True,
-        "broker_transport_options": {"visibility_timeout": settings.visibility_timeout_s},
         "result_backend": None,
         "task_ignore_result": True,
         # JSON only, in and out: a pickled message is refused, never executed.
@@ -65,7 +64,4 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         },
         "beat_schedule_filename": str(Path(tempfile.gettempdir()) / "agentstate-beat-schedule"),
     }
-    scheme = settings.broker_url.split("://", 1)[0]
-    if scheme in REDIS_TRANSPORTS:
-        config["broker_transport"] = REDIS_TRANSPORTS[scheme]
     return config

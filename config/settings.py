@@ -36,6 +36,22 @@ class HopPolicy(StrEnum):
     INLINE = "inline"
 
 
+class DbPooler(StrEnum):
+    """What sits between agentstate and Postgres."""
+
+    NONE = "none"
+    # A pooler in transaction mode (PgBouncer's usual setting): a client's consecutive
+    # statements may run on different server connections.
+    PGBOUNCER = "pgbouncer"
+
+
+class QueueType(StrEnum):
+    """The RabbitMQ queue type agentstate declares (ignored on Redis brokers)."""
+
+    QUORUM = "quorum"
+    CLASSIC = "classic"
+
+
 class Settings(BaseSettings):
     """Every knob of agentstate; see the README's configuration table."""
 
@@ -52,6 +68,8 @@ class Settings(BaseSettings):
     redis_url_file: str = ""
     broker_url_file: str = ""
     database_url_file: str = ""
+    db_pooler: DbPooler = DbPooler.NONE
+    broker_queue_type: QueueType = QueueType.QUORUM
     lock_timeout: float = Field(30.0, gt=0)
     session_ttl: float = Field(3600.0, gt=0)
     cache_ttl: int = Field(3600, gt=0)

@@ -217,8 +217,13 @@ def check_redis_url(url: str) -> str:
     """``url`` if redis-py can connect with it (scheme, port, database number)."""
     from redis.connection import parse_url
 
+    if url.startswith("redis+sentinel://"):
+        from config.sentinel import SentinelURL
+
+        SentinelURL.parse(url)  # ConfigurationError naming what is wrong
+        return url
     if not url.startswith(tuple(f"{scheme}://" for scheme in REDIS_SCHEMES)):
-        raise ValueError("not a Redis URL (redis://, rediss:// or unix://)")
+        raise ValueError("not a Redis URL (redis://, rediss://, unix:// or redis+sentinel://)")
     parse_url(url)  # type: ignore[no-untyped-call]  # raises ValueError naming the problem
     return url
 
@@ -228,7 +233,7 @@ def check_broker_url(url: str) -> str:
     for part in filter(None, url.split(";")):  # kombu's failover list
         if not _BROKER_SCHEME.match(part):
             raise ValueError("not a broker URL (redis://... or amqp://...)")
-        if part.startswith(("redis://", "rediss://")):
+        if part.startswith(("redis://", "rediss://", "redis+sentinel://")):
             check_redis_url(part)
         else:
             urlsplit(part).port  # noqa: B018 - raises ValueError for a port that is no number

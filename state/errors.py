@@ -61,6 +61,10 @@ class MalformedTaskMessageError(BadInputError):
     """A broker message is not a well-formed task message; it is refused, never run."""
 
 
+class ConfigurationError(BadInputError):
+    """A setting's value cannot be used (the message names it, never its secrets)."""
+
+
 class InvalidTransitionError(AgentStateError):
     """The trigger is not allowed from the machine's current state."""
 
@@ -72,6 +76,11 @@ class UnstorableResultError(AgentStateError):
 
 class StaleStateError(AgentStateError):
     """The state changed (or the lock was lost) since it was read; nothing was written."""
+
+
+class LockLostError(StaleStateError):
+    """The writer's lock expired or was taken before it committed (a pause, a network
+    partition): another worker may own the turn now; nothing was written."""
 
 
 class StateLockAcquisitionError(AgentStateError):
@@ -130,8 +139,3 @@ class PermanentActionError(ActionFailed):
 
 class ActionRegistrationError(AgentStateError):
     """An action was registered without a name, or under a name already taken."""
-
-
-class ConfigurationError(BadInputError):
-    """An AGENTSTATE_* setting is malformed; the message names the variable and never
-    echoes its value (URLs carry passwords)."""

@@ -88,7 +88,7 @@ class DistributedStateSync:
         settings = settings or get_settings()
         if store is None:
             backend = Backend.build(settings, redis_client=redis_client)
-            store = SessionStore.for_engine(backend.engine, backend.cache)
+            store = SessionStore.for_engine(backend.engine, backend.cache, backend.statements)
         self.redis = redis_client or store.cache.redis
         self.store = store
         self.lock_timeout = lock_timeout if lock_timeout is not None else settings.lock_timeout

@@ -30,6 +30,7 @@ from kombu.exceptions import OperationalError as BrokerError
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from config import get_settings, redact_url
+from config.brokers import broker_for
 from state.errors import ServiceUnavailableError, StaleStateError, StateLockAcquisitionError
 from state.workflows.engine import retry_delay_s
 from tasks.guard import GUARD_STRATEGY
@@ -75,14 +76,23 @@ class AgentStateTask(Task):  # type: ignore[misc]
         try:
             return call()
         except StaleStateError as exc:
-            logger.info("%s[%s] lost a race and was dropped: %s", self.name, self.request.id, exc)
+            kinds = [c.__name__ for c in type(exc).__mro__ if issubclass(c, StaleStateError)]
+            logger.info(
+                "%s[%s] lost a race and was dropped (%s): %s",
+                self.name,
+                self.request.id,
+                ", ".join(kinds),
+                exc,
+            )
             return on_stale(exc)
         except TRANSIENT_ERRORS as exc:
             raise self._retry_later(exc) from exc
 
     def _retry_later(self, exc: BaseException) -> BaseException:
         attempt = self.request.retries
-        delay = min(MAX_TASK_RETRY_DELAY_S, retry_delay_s(get_settings().retry_backoff, attempt))
+        settings = get_settings()
+        delay = min(MAX_TASK_RETRY_DELAY_S, retry_delay_s(settings.retry_backoff, attempt))
+        delay = broker_for(settings).countdown(delay)
         logger.warning(
             "%s[%s] hit %s; retry %d/%d in %.2fs: %s",
             self.name,

@@ -17,6 +17,7 @@ from kombu.exceptions import OperationalError as BrokerError
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from config import Settings, get_settings, redact_url
+from config.brokers import broker_for
 from state.documents.codec import Document, require_object, require_text
 from state.errors import NotFoundError
 from state.ids import validate_id
@@ -50,16 +51,18 @@ class AgentClient(RunControl):
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or get_settings()
         self.backend = Backend.build(self.settings)
-        self.sessions = SessionStore.for_engine(self.backend.engine, self.backend.cache)
+        self.sessions = SessionStore.for_engine(
+            self.backend.engine, self.backend.cache, self.backend.statements
+        )
         self.inbox = Inbox(self.backend.engine)
         self.users = PersistentStateManager(
             self.backend.redis, self.backend.engine, settings=self.settings
         )
         # The module's app was configured from the environment; other settings get theirs.
         celery: Celery = default_app if self.settings == get_settings() else make_app(self.settings)
-        self.dispatcher = CeleryDispatcher(celery)
+        self.dispatcher = CeleryDispatcher(celery, broker_for(self.settings))
         self.workflows = WorkflowEngine(
-            WorkflowStore.for_engine(self.backend.engine),
+            WorkflowStore.for_engine(self.backend.engine, self.backend.statements),
             self.dispatcher,
             get_action,
             self.settings,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from amqp.exceptions import ChannelError
 from celery import Celery
 
+from config.brokers import Broker
+
 PHASE_TASK = "agentstate.phase.{}"
 TIMEOUT_TASK = "agentstate.session.timeout"
 STEP_TASK = "agentstate.workflow.step"
@@ -13,8 +15,11 @@ STEP_TASK = "agentstate.workflow.step"
 class CeleryDispatcher:
     """Sends agentstate tasks by name (the sender need not import the task modules)."""
 
-    def __init__(self, app: Celery) -> None:
+    def __init__(self, app: Celery, broker: Broker | None = None) -> None:
         self.app = app
+        # Countdowns are rounded to what the broker can delay by (whole seconds on
+        # RabbitMQ quorum queues); None: sent as asked.
+        self.broker = broker
 
     def phase(self, phase: str, session_id: str, revision: int | None) -> None:
         """Enqueue ``agentstate.phase.<phase>``."""
@@ -22,12 +27,16 @@ class CeleryDispatcher:
 
     def timeout(self, session_id: str, deadline: float, delay_s: float) -> None:
         """Enqueue the deadline check to run after ``delay_s`` seconds."""
-        self.app.send_task(TIMEOUT_TASK, args=[session_id, deadline], countdown=delay_s)
+        countdown = self._countdown(delay_s)
+        self.app.send_task(TIMEOUT_TASK, args=[session_id, deadline], countdown=countdown)
 
     def step(self, workflow_id: str, step_id: str, revision: int, delay_s: float = 0.0) -> None:
         """Enqueue one workflow step delivery."""
-        countdown = delay_s if delay_s > 0 else None
+        countdown = self._countdown(delay_s) if delay_s > 0 else None
         self.app.send_task(STEP_TASK, args=[workflow_id, step_id, revision], countdown=countdown)
+
+    def _countdown(self, delay_s: float) -> float:
+        return self.broker.countdown(delay_s) if self.broker is not None else delay_s
 
     def backlog(self) -> int | None:
         """Messages waiting in the queue (0 if it does not exist, None if unknown)."""

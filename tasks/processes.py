@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from config import Settings, child_environment
@@ -50,13 +51,18 @@ def celery_command(*args: str) -> list[str]:
 
 
 def spawn(
-    args: list[str], env: dict[str, str], log: Path | None, cwd: Path | None = None
+    args: list[str],
+    env: dict[str, str],
+    log: Path | None,
+    cwd: Path | None = None,
+    launcher: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
-    """Start ``celery -A tasks <args>`` in a process group of its own, logging to ``log``."""
+    """Start ``celery -A tasks <args>`` in a process group of its own, logging to ``log``
+    (``launcher``: a command that execs it, e.g. ``ip netns exec NAME``)."""
     out = log.open("ab") if log is not None else subprocess.DEVNULL
     try:
         return subprocess.Popen(
-            celery_command(*args),
+            [*launcher, *celery_command(*args)],
             cwd=cwd,
             env=env,
             stdout=out,
@@ -139,6 +145,7 @@ class WorkerGroup:
         cwd: Path | None = None,
         extra_env: dict[str, str] | None = None,
         loglevel: str = "INFO",
+        launcher: Sequence[str] = (),
     ) -> None:
         self.settings = settings
         self.log_dir = log_dir
@@ -148,6 +155,7 @@ class WorkerGroup:
         self.cwd = cwd
         self.env = {**child_environment(settings), **(extra_env or {})}
         self.loglevel = loglevel
+        self.launcher = tuple(launcher)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.tag = uuid.uuid4().hex[:6]
 
@@ -171,7 +179,7 @@ class WorkerGroup:
             "--without-gossip",
         ]
         log = self.log_dir / f"{name.split('@', maxsplit=1)[0]}.log"
-        self.procs[name] = spawn(args, self.env, log, self.cwd)
+        self.procs[name] = spawn(args, self.env, log, self.cwd, self.launcher)
         return name
 
     def alive(self) -> list[str]:

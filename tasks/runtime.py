@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from config import get_settings
+from config.brokers import broker_for
 from state.agent import load_agent
 from state.recovery.sweep import RecoverySweep
 from state.storage.backend import Backend, default_backend, reset_backends
@@ -43,11 +44,14 @@ def runtime() -> Runtime:
 
 def build_runtime(backend: Backend) -> Runtime:
     """Wire the stores and engines together for ``backend``."""
-    dispatcher = CeleryDispatcher(app)
+    dispatcher = CeleryDispatcher(app, broker_for(backend.settings))
     services = TurnServices.build(backend, dispatcher, known_actions)
     turns = TurnEngine(services, load_agent(backend.settings.agent))
     workflows = WorkflowEngine(
-        WorkflowStore.for_engine(backend.engine), dispatcher, get_action, backend.settings
+        WorkflowStore.for_engine(backend.engine, backend.statements),
+        dispatcher,
+        get_action,
+        backend.settings,
     )
     recovery = RecoverySweep(services, turns.interventions, workflows)
     return Runtime(backend, services, turns, workflows, recovery)

@@ -18,7 +18,7 @@ from celery.app.amqp import AMQP as CeleryAMQP
 from kombu.connection import Connection as KombuConnection
 from kombu.transport import redis as kombu_redis
 
-from config.celery import REDIS_TRANSPORTS
+from config.brokers import REDIS_TRANSPORTS
 
 
 class Channel(kombu_redis.Channel):
@@ -40,6 +40,17 @@ class Transport(kombu_redis.Transport):
     Channel = Channel
 
 
+class SentinelChannel(Channel, kombu_redis.SentinelChannel):
+    """kombu's sentinel channel (the primary looked up through the Sentinels), with
+    client reuse."""
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """The Redis Sentinel transport with client reuse."""
+
+    Channel = SentinelChannel
+
+
 class TlsTransport(Transport):
     """The same transport, for ``rediss://`` URLs (so that their scheme survives)."""
 
@@ -50,6 +61,7 @@ class Connection(KombuConnection):
     resolve_aliases = {
         **KombuConnection.resolve_aliases,
         **{path: scheme for scheme, path in REDIS_TRANSPORTS.items()},
+        "tasks.transport:SentinelTransport": "sentinel",
     }
 
 

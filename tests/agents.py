@@ -2,9 +2,11 @@
 
 Workers load it with AGENTSTATE_AGENT=tests.agents. A message containing "explode" makes
 planning raise; "dawdle" makes executing sleep past a 1 s deadline; "linger" makes it
-take LINGER_S (a window for killing or stopping the worker mid-phase); "unstorable"
-makes executing return a user-state change that raises when the engine commits it;
-"slowflow" makes executing wait for a workflow whose one step sleeps 3 s.
+take LINGER_S (a window for killing or stopping the worker mid-phase); "straggle" makes it
+take STRAGGLE_S (long enough to partition the worker away and let another finish the
+turn); "unstorable" makes executing return a user-state change that raises when the
+engine commits it; "slowflow" makes executing wait for a workflow whose one step sleeps
+3 s.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ __all__ = ["evaluating", "executing", "generating", "planning", "retrieving", "u
 DAWDLE_S = 3.0
 SLOW_WORKFLOW = {"steps": [{"step_id": "slow", "action": "sleep", "inputs": {"seconds": 3}}]}
 LINGER_S = 2.0
+STRAGGLE_S = 9.0
 
 
 def planning(ctx: PhaseContext) -> PhaseResult:
@@ -33,6 +36,8 @@ def executing(ctx: PhaseContext) -> PhaseResult:
         time.sleep(DAWDLE_S)
     elif "linger" in ctx.message:
         time.sleep(LINGER_S)
+    elif "straggle" in ctx.message:
+        time.sleep(STRAGGLE_S)
     elif "unstorable" in ctx.message:
         return PhaseResult("tools_complete", user_state=_broken_change)
     elif "slowflow" in ctx.message:

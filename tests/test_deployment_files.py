@@ -39,7 +39,9 @@ BUNDLED_SCHEMA = Path(__file__).resolve().parent / "data" / "compose-spec.json"
 IMAGE = "agentstate:latest"
 APP_SERVICES = {"migrate", "worker", "beat", "flower"}  # built from this repository
 ONE_SHOT = {"migrate"}
-EXPECTED_SERVICES = {"redis", "postgres", *APP_SERVICES}
+# Opt-in with `docker compose --profile NAME`: a plain `up` starts none of them.
+PROFILE_SERVICES = {"rabbitmq": "rabbitmq", "pgbouncer": "pgbouncer"}
+EXPECTED_SERVICES = {"redis", "postgres", *APP_SERVICES, *PROFILE_SERVICES}
 HEALTHY = "service_healthy"
 COMPLETED = "service_completed_successfully"
 EXPECTED_DEPENDS_ON = {
@@ -47,11 +49,14 @@ EXPECTED_DEPENDS_ON = {
     "worker": {"redis": HEALTHY, "postgres": HEALTHY, "migrate": COMPLETED},
     "beat": {"redis": HEALTHY, "postgres": HEALTHY, "migrate": COMPLETED},
     "flower": {"redis": HEALTHY},
+    "pgbouncer": {"postgres": HEALTHY},
 }
 # Programs of the third-party images, by service (the app image's are resolved below).
 THIRD_PARTY_PROGRAMS = {
     "redis": {"sh", "redis-server", "redis-cli"},
     "postgres": {"postgres", "pg_isready"},
+    "rabbitmq": {"rabbitmq-diagnostics"},
+    "pgbouncer": {"pg_isready"},
 }
 # Values for the required variables when interpolating the file as Compose would.
 TEST_ENV = {"FLOWER_BASIC_AUTH": "admin:pw-for-tests"}
@@ -254,6 +259,36 @@ def test_services_and_shared_image() -> None:
         assert service.get("image") == IMAGE, f"{name} must use the shared image {IMAGE}"
     assert services()["redis"]["image"].startswith("redis:7")
     assert services()["postgres"]["image"].startswith("postgres:15")
+    # Quorum queues and their at-least-once dead lettering (delayed delivery): 3.10+.
+    assert re.match(r"rabbitmq:(3\.1[0-9]|[4-9]\.)", services()["rabbitmq"]["image"])
+    assert "pgbouncer" in services()["pgbouncer"]["image"]
+
+
+def test_production_profiles_are_opt_in_and_switch_the_app_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from config.brokers import QuorumAmqpBroker, broker_for
+    from config.settings import DbPooler, Settings
+
+    for name, service in services().items():
+        expected = [PROFILE_SERVICES[name]] if name in PROFILE_SERVICES else None
+        assert service.get("profiles") == expected, f"{name}.profiles"
+    bouncer = environment(services()["pgbouncer"])
+    assert bouncer["POOL_MODE"] == "transaction" and bouncer["DB_HOST"] == "postgres"
+    worker = {
+        k: interpolate(v, {**TEST_ENV, "AGENTSTATE_DB_POOLER": "pgbouncer"})
+        for k, v in environment(services()["worker"]).items()
+    }
+    assert worker["AGENTSTATE_DB_POOLER"] == "pgbouncer"
+    # What the README tells operators to put in the secrets with both profiles on.
+    for key in [k for k in os.environ if k.startswith("AGENTSTATE_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("AGENTSTATE_BROKER_URL", "amqp://rabbitmq:5672//")
+    monkeypatch.setenv("AGENTSTATE_DATABASE_URL", "postgresql+psycopg2://a:b@pgbouncer:5432/a")
+    monkeypatch.setenv("AGENTSTATE_DB_POOLER", worker["AGENTSTATE_DB_POOLER"])
+    settings = Settings()
+    assert isinstance(broker_for(settings), QuorumAmqpBroker)
+    assert settings.db_pooler == DbPooler.PGBOUNCER
 
 
 def test_depends_on_names_real_services_with_the_right_conditions() -> None:
@@ -353,6 +388,8 @@ def mounted_secrets(service: dict[str, Any]) -> set[str]:
 
 def test_no_secret_is_committed() -> None:
     for name, service in services().items():
+        if name in PROFILE_SERVICES:
+            continue  # opt-in profiles: their operator sets their credentials (see compose)
         for key, value in environment(service).items():
             if key.endswith("_FILE"):
                 continue  # a path to a secret file (checked below)
@@ -781,6 +818,10 @@ def test_images_are_pinned_by_digest() -> None:
         if name in APP_SERVICES:
             continue  # built here, from the pinned base image below
         image = service["image"]
+        if name in PROFILE_SERVICES:
+            # Opt-in profiles: pinned by the deployer (the compose file says so).
+            assert ":" in image and not image.endswith(":latest"), f"{name}: name a version"
+            continue
         assert DIGEST_PINNED.fullmatch(image), f"{name}: pin {image!r} as name:tag@sha256:..."
     froms = [args.split()[0] for keyword, args in dockerfile_instructions() if keyword == "FROM"]
     for image in froms:

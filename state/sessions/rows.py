@@ -7,7 +7,7 @@ from sqlalchemy import Connection, insert, update
 
 from state.clock import utcnow
 from state.documents.codec import Document
-from state.errors import StaleStateError
+from state.errors import LockLostError, StaleStateError
 from state.machine import Phase
 from state.migrate import stamp
 from state.session import SessionState, SessionStatus
@@ -108,6 +108,6 @@ def stale(snapshot: Snapshot) -> StaleStateError:
     )
 
 
-def lock_lost(snapshot: Snapshot) -> StaleStateError:
+def lock_lost(snapshot: Snapshot) -> LockLostError:
     """The error of a writer whose lock expired or was taken before it committed."""
-    return StaleStateError(f"session {snapshot.session_id}: the state lock was lost before commit")
+    return LockLostError(f"session {snapshot.session_id}: the state lock was lost before commit")

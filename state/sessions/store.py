@@ -38,6 +38,7 @@ from state.sessions.snapshot import CommitResult, InboxState, SessionChange, Sna
 from state.storage import keys
 from state.storage.cache import CachedEntry, StateCache
 from state.storage.db import is_postgres, read_connection
+from state.storage.prepared import PREPARED, Statements
 from state.storage.tables import inbox, messages, sessions
 
 logger = logging.getLogger(__name__)
@@ -54,12 +55,15 @@ class SessionStore:
         self.cache = cache
 
     @staticmethod
-    def for_engine(engine: Engine, cache: StateCache) -> SessionStore:
-        """The store implementation for ``engine``'s database."""
+    def for_engine(
+        engine: Engine, cache: StateCache, statements: Statements | None = None
+    ) -> SessionStore:
+        """The store implementation for ``engine``'s database (``statements``: how the
+        Postgres store sends its statements, see ``Backend.statements``)."""
         if is_postgres(engine):
             from state.sessions.store_postgres import PostgresSessionStore
 
-            return PostgresSessionStore(engine, cache)
+            return PostgresSessionStore(engine, cache, statements or PREPARED)
         return SessionStore(engine, cache)
 
     # -- reading ---------------------------------------------------------------

@@ -43,11 +43,14 @@ _QUEUED = prepared.prepare(
 class PostgresSessionStore(SessionStore):
     """SessionStore whose commit is one prepared statement (see the module docstring)."""
 
-    def __init__(self, engine: Engine, cache: StateCache) -> None:
+    def __init__(
+        self, engine: Engine, cache: StateCache, statements: prepared.Statements = prepared.PREPARED
+    ) -> None:
         super().__init__(engine, cache)
         # A pool of its own: switching a pooled connection in and out of autocommit costs
         # a driver call each way, on the hottest path there is.
         self.autocommit = autocommit_engine(engine)
+        self.statements = statements
 
     def _write(
         self, snapshot: Snapshot, change: SessionChange, before_commit: Callable[[], bool] | None
@@ -63,12 +66,14 @@ class PostgresSessionStore(SessionStore):
         statement_ = statement(*shape)
         if not change.check_inbox:
             with self.autocommit.connect() as conn:
-                applied = bool(prepared.execute(conn, statement_, params).scalar_one())
+                applied = bool(self.statements.execute(conn, statement_, params).scalar_one())
             queued = False
         else:
             with self.engine.begin() as conn:
-                applied = bool(prepared.execute(conn, statement_, params).scalar_one())
-                queued = applied and bool(prepared.execute(conn, _QUEUED, params).scalar_one())
+                applied = bool(self.statements.execute(conn, statement_, params).scalar_one())
+                queued = applied and bool(
+                    self.statements.execute(conn, _QUEUED, params).scalar_one()
+                )
         if not applied:
             raise stale(snapshot)
         return queued

@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 from config import Settings, get_settings
 from state.storage.cache import StateCache
 from state.storage.db import get_engine
+from state.storage.prepared import Statements, statements_for
 from state.storage.redis_client import get_redis
 
 
@@ -22,6 +23,11 @@ class Backend:
     engine: Engine
     redis: Redis
     cache: StateCache
+
+    @property
+    def statements(self) -> Statements:
+        """How the Postgres stores send their statements (AGENTSTATE_DB_POOLER)."""
+        return statements_for(self.settings.db_pooler)
 
     @classmethod
     def build(

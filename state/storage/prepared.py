@@ -1,10 +1,15 @@
-"""Server-side prepared statements for the hot path on Postgres.
+"""The hot path's statements on Postgres, and how they are sent (a strategy per pooler).
 
 psycopg2 never prepares, so Postgres plans every statement again; for the one-statement
-commits that planning costs about as much as executing (~0.5 ms). Each connection
-prepares a statement once (``PREPARE``) and then only ``EXECUTE``s it. A plan prepared
-with constant-free parameters also does not depend on table statistics that are stale
-right after a workflow is created.
+commits that planning costs about as much as executing (~0.5 ms). :class:`Statements`
+prepares each statement once per connection (``PREPARE``) and then only ``EXECUTE``s it.
+A plan prepared with constant-free parameters also does not depend on table statistics
+that are stale right after a workflow is created.
+
+Behind a pooler in transaction mode (PgBouncer) a client's next statement may run on
+another server connection, where that ``PREPARE`` never happened (or where another
+client's did): :class:`UnpreparedStatements` sends the same SQL with its parameters each
+time instead (``AGENTSTATE_DB_POOLER=pgbouncer``).
 """
 
 from __future__ import annotations
@@ -17,15 +22,19 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.engine import CursorResult
 
+from config.settings import DbPooler
+
 _NAMED = re.compile(r"%\((\w+)\)s")
 _INFO_KEY = "agentstate_prepared"
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """A statement in positional form, and the order its named parameters bind in."""
+    """A statement: its name, its SQL with ``%(name)s`` placeholders, the same SQL in
+    positional form (``$1, $2, ...``) and the order its named parameters bind in."""
 
     name: str
+    text: str
     sql: str
     params: tuple[str, ...]
 
@@ -40,15 +49,41 @@ def prepare(name: str, sql: str) -> Prepared:
             order.append(match.group(1))
         return f"${order.index(match.group(1)) + 1}"
 
-    return Prepared(name, _NAMED.sub(number, sql), tuple(order))
+    return Prepared(name, sql, _NAMED.sub(number, sql), tuple(order))
 
 
-def execute(conn: Connection, statement: Prepared, params: dict[str, Any]) -> CursorResult[Any]:
-    """Run ``statement`` on ``conn``, preparing it first if this connection has not."""
-    done: set[str] = conn.connection.info.setdefault(_INFO_KEY, set())
-    if statement.name not in done:
-        conn.exec_driver_sql(f"PREPARE {statement.name} AS {statement.sql}")
-        done.add(statement.name)
-    values = tuple(params[key] for key in statement.params)
-    placeholders = ", ".join(["%s"] * len(values))
-    return conn.exec_driver_sql(f"EXECUTE {statement.name}({placeholders})", values)
+class Statements:
+    """Runs statements prepared once per connection (Postgres without a pooler)."""
+
+    def execute(
+        self, conn: Connection, statement: Prepared, params: dict[str, Any]
+    ) -> CursorResult[Any]:
+        """Run ``statement`` on ``conn``, preparing it first if this connection has not."""
+        done: set[str] = conn.connection.info.setdefault(_INFO_KEY, set())
+        if statement.name not in done:
+            conn.exec_driver_sql(f"PREPARE {statement.name} AS {statement.sql}")
+            done.add(statement.name)
+        values = tuple(params[key] for key in statement.params)
+        placeholders = ", ".join(["%s"] * len(values))
+        return conn.exec_driver_sql(f"EXECUTE {statement.name}({placeholders})", values)
+
+
+class UnpreparedStatements(Statements):
+    """Sends each statement's SQL every time (a pooler in transaction mode: no state may
+    outlive a transaction on the server connection)."""
+
+    def execute(
+        self, conn: Connection, statement: Prepared, params: dict[str, Any]
+    ) -> CursorResult[Any]:
+        """Run ``statement`` on ``conn`` unprepared, its values bound by the driver."""
+        return conn.exec_driver_sql(statement.text, {key: params[key] for key in statement.params})
+
+
+PREPARED = Statements()
+UNPREPARED = UnpreparedStatements()
+_BY_POOLER = {DbPooler.NONE: PREPARED, DbPooler.PGBOUNCER: UNPREPARED}
+
+
+def statements_for(pooler: DbPooler) -> Statements:
+    """How to send the hot path's statements with ``pooler`` in front of Postgres."""
+    return _BY_POOLER[pooler]

@@ -1,11 +1,21 @@
-"""Redis clients (one per process and URL) and the Lua scripts agentstate runs."""
+"""Redis clients (one per process and URL) and the Lua scripts agentstate runs.
+
+A ``redis://`` or ``rediss://`` URL names one server; a ``redis+sentinel://`` URL
+(config/sentinel.py) names a service whose primary the Sentinels know: its client asks
+them again whenever a connection to the primary fails, so a failover costs the commands
+that were in flight (retried by the tasks), not the process.
+"""
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 
 import redis
+from redis.sentinel import Sentinel
+
+from config.sentinel import SentinelURL, is_sentinel_url
 
 _SOCKET_TIMEOUT_S = 5.0
 _CONNECT_TIMEOUT_S = 2.0
@@ -22,14 +32,35 @@ def get_redis(url: str) -> redis.Redis:
         with _guard:
             client = _clients.get(key)
             if client is None:
-                client = redis.Redis.from_url(
-                    url,
-                    socket_timeout=_SOCKET_TIMEOUT_S,
-                    socket_connect_timeout=_CONNECT_TIMEOUT_S,
-                    health_check_interval=30,
-                )
+                client = _connect[is_sentinel_url(url)](url)
                 _clients[key] = client
     return client
+
+
+def _server_client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=_SOCKET_TIMEOUT_S,
+        socket_connect_timeout=_CONNECT_TIMEOUT_S,
+        health_check_interval=30,
+    )
+
+
+def _sentinel_client(url: str) -> redis.Redis:
+    target = SentinelURL.parse(url)
+    timeouts = {"socket_timeout": _SOCKET_TIMEOUT_S, "socket_connect_timeout": _CONNECT_TIMEOUT_S}
+    sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=timeouts, **timeouts)  # type: ignore[no-untyped-call]
+    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        target.service,
+        db=target.db,
+        username=target.username,
+        password=target.password,
+        health_check_interval=30,
+    )
+    return client
+
+
+_connect: dict[bool, Callable[[str], redis.Redis]] = {False: _server_client, True: _sentinel_client}
 
 
 def forget_clients() -> None:

@@ -19,7 +19,12 @@ from functools import partial
 
 from state.agent import Agent, PhaseContext
 from state.documents.codec import Document
-from state.errors import StaleStateError, StateLockAcquisitionError, UnstorableResultError
+from state.errors import (
+    LockLostError,
+    StaleStateError,
+    StateLockAcquisitionError,
+    UnstorableResultError,
+)
 from state.lock import LockHandle
 from state.machine import RESTING_PHASES, Phase, Trigger
 from state.sessions.snapshot import CommitResult, Snapshot
@@ -106,6 +111,8 @@ class TurnEngine:
             held.outcome.revision = snap.revision
             try:
                 return self._run_phases(delivery.phase, snap, delivery.task_id, held)
+            except LockLostError:
+                raise  # another worker may own the turn now: do not run the phase again
             except StaleStateError:
                 if not from_cache or held.outcome.phases:
                     raise

@@ -42,7 +42,7 @@ class TurnServices:
         known_actions: Callable[[], Iterable[str]],
     ) -> TurnServices:
         """Wire the stores of ``backend`` together."""
-        sessions = SessionStore.for_engine(backend.engine, backend.cache)
+        sessions = SessionStore.for_engine(backend.engine, backend.cache, backend.statements)
         settings = backend.settings
         return cls(
             settings=settings,
@@ -50,7 +50,7 @@ class TurnServices:
             inbox=Inbox(backend.engine),
             sync=DistributedStateSync(backend.redis, sessions, settings=settings),
             users=PersistentStateManager(backend.redis, backend.engine, settings=settings),
-            workflows=WorkflowStore.for_engine(backend.engine),
+            workflows=WorkflowStore.for_engine(backend.engine, backend.statements),
             cache=backend.cache,
             dispatcher=dispatcher,
             known_actions=known_actions,

@@ -18,6 +18,7 @@ from state.documents import codec
 from state.documents.codec import Document
 from state.errors import StaleStateError
 from state.storage.db import is_postgres, read_connection
+from state.storage.prepared import PREPARED, Statements
 from state.storage.tables import steps, workflows
 from state.workflow import WorkflowState, WorkflowStatus, WorkflowStepStatus
 from state.workflows import control
@@ -73,12 +74,13 @@ class WorkflowStore(WorkflowReads):
     """
 
     @staticmethod
-    def for_engine(engine: Engine) -> WorkflowStore:
-        """The store implementation for ``engine``'s database."""
+    def for_engine(engine: Engine, statements: Statements | None = None) -> WorkflowStore:
+        """The store implementation for ``engine``'s database (``statements``: how the
+        Postgres store sends its statements, see ``Backend.statements``)."""
         if is_postgres(engine):
             from state.workflows.store_postgres import PostgresWorkflowStore
 
-            return PostgresWorkflowStore(engine)
+            return PostgresWorkflowStore(engine, statements or PREPARED)
         return WorkflowStore(engine)
 
     def create(self, wf: WorkflowState, resume_revision: int | None = None) -> list[Dispatch]:

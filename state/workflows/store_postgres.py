@@ -75,9 +75,10 @@ _SUCCEED = prepared.prepare("agentstate_succeed_step", SUCCEED)
 class PostgresWorkflowStore(WorkflowStore):
     """WorkflowStore whose claim and success are one prepared statement each."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, statements: prepared.Statements = prepared.PREPARED) -> None:
         super().__init__(engine)
         self.autocommit = autocommit_engine(engine)
+        self.statements = statements
 
     def claim(
         self,
@@ -100,7 +101,7 @@ class PostgresWorkflowStore(WorkflowStore):
             "task_id": task_id,
         }
         with self.autocommit.connect() as conn:
-            row = prepared.execute(conn, _CLAIM, params).first()
+            row = self.statements.execute(conn, _CLAIM, params).first()
         if row is None:
             return None
         claimed = claimed_from_row(workflow_id, step_id, revision + 1, row)
@@ -124,7 +125,7 @@ class PostgresWorkflowStore(WorkflowStore):
             "task_id": claimed.task_id,
         }
         with self.autocommit.connect() as conn:
-            applied, ready, workflow = tuple(prepared.execute(conn, _SUCCEED, params).one())
+            applied, ready, workflow = tuple(self.statements.execute(conn, _SUCCEED, params).one())
         require_one(int(applied), claimed)
         return Completion(
             claimed.workflow_id,

@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from config import Settings
+from config.settings import DbPooler
 from state.documents.codec import loads
 from state.errors import StaleStateError
 from state.machine import Phase
@@ -18,6 +19,7 @@ from state.sessions.snapshot import InboxState, SessionChange, Snapshot
 from state.sessions.store import SessionStore
 from state.sessions.store_postgres import PostgresSessionStore
 from state.storage.backend import Backend
+from state.storage.prepared import UNPREPARED
 from state.storage.tables import inbox, messages, sessions
 from tests.support import uid
 
@@ -108,3 +110,18 @@ def test_the_fast_path_refuses_a_stale_revision_like_the_portable_one(
         store.commit(snap, change)
         with pytest.raises(StaleStateError):
             store.commit(snap, change)
+
+
+def test_the_unprepared_statements_leave_the_same_rows(pg_settings: Settings) -> None:
+    """Behind PgBouncer (AGENTSTATE_DB_POOLER=pgbouncer) the one-statement commit goes
+    unprepared; it must write exactly what the prepared one writes."""
+    backend = Backend.build(pg_settings.model_copy(update={"db_pooler": DbPooler.PGBOUNCER}))
+    assert backend.statements is UNPREPARED
+    prepared_store = SessionStore.for_engine(backend.engine, backend.cache)
+    unprepared = SessionStore.for_engine(backend.engine, backend.cache, backend.statements)
+    assert isinstance(unprepared, PostgresSessionStore) and unprepared.statements is UNPREPARED
+    inbox_ = Inbox(backend.engine)
+    first, second = uid("s"), uid("s")
+    _turn(prepared_store, inbox_, first)
+    _turn(unprepared, inbox_, second)
+    assert _rows(backend, first) == _rows(backend, second)

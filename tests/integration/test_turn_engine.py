@@ -8,10 +8,12 @@ import pytest
 from sqlalchemy import update
 
 from config import HopPolicy, Settings
-from state.agent import load_agent
+from state.agent import PhaseContext, PhaseResult, load_agent
 from state.dispatch import RecordingDispatcher
+from state.errors import LockLostError
 from state.machine import Phase
 from state.sessions.snapshot import SessionChange
+from state.storage import keys
 from state.storage.backend import Backend
 from state.storage.tables import sessions
 from state.turns.draft import Delivery, PhaseOutcome
@@ -122,6 +124,36 @@ def test_a_stale_cached_copy_is_caught_and_the_database_used(settings: Settings)
     assert outcome.status == "applied"
     drain(engine, dispatcher)
     assert engine.services.sessions.history(session_id)[-1]["content"] == "3+3 = 6"
+
+
+def test_a_holder_that_lost_its_lock_is_refused_and_does_not_run_again(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker paused or partitioned away while another took the session's lock: its
+    # commit is refused, and (working from the cache) it must not retry the phase from
+    # the database, which would run the handler a second time without the lock.
+    engine, dispatcher = engine_for(settings.model_copy(update={"lock_timeout": 0.2}))
+    session_id = uid("s")
+    send(engine, dispatcher, session_id, "what is 6*7?")
+    _kind, (_phase, _sid, revision) = dispatcher.sent.pop(0)
+    run_phase(engine, "understanding", session_id, revision)  # type: ignore[arg-type]
+    _kind, (phase, _sid, revision) = dispatcher.sent.pop(0)
+    assert phase == "planning"  # at a revision the cache holds
+    ran: list[str] = []
+    handler = engine.agent.run
+
+    def overtaken(phase: str, ctx: PhaseContext) -> PhaseResult:
+        ran.append(phase)
+        engine.services.cache.redis.set(keys.session_lock(session_id), "another-worker")
+        time.sleep(0.15)  # past half the TTL: the commit asks Redis
+        return handler(phase, ctx)
+
+    monkeypatch.setattr(engine.agent, "run", overtaken)
+    with pytest.raises(LockLostError):
+        run_phase(engine, "planning", session_id, revision)  # type: ignore[arg-type]
+    assert ran == ["planning"]
+    snap = engine.services.sessions.load_from_database(session_id)
+    assert snap is not None and (snap.phase, snap.revision) == ("planning", revision)
 
 
 def test_a_redelivered_task_whose_commit_landed_resends_its_follow_up(settings: Settings) -> None:
