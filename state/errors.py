@@ -23,6 +23,14 @@ class InvalidPayloadError(BadInputError):
     """A payload is not the JSON object it must be."""
 
 
+class UserStateTooLargeError(InvalidPayloadError):
+    """A user's state is larger than AGENTSTATE_MAX_USER_STATE_BYTES."""
+
+
+class StepOutputTooLargeError(InvalidPayloadError):
+    """A workflow step's outputs are larger than AGENTSTATE_MAX_STEP_IO_BYTES."""
+
+
 class WorkflowSpecError(BadInputError):
     """A workflow spec is malformed, cyclic, dangling or names an unknown action."""
 

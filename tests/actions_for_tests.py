@@ -52,3 +52,9 @@ def slow_count(inputs: Document, deps: Document, context: Document) -> Document:
 def not_finite(inputs: Document, deps: Document, context: Document) -> Document:
     """Return a number JSON cannot hold (orjson alone would store it as null)."""
     return {"value": float(inputs.get("value", "nan"))}
+
+
+@action("sized_output")
+def sized_output(inputs: Document, deps: Document, context: Document) -> Document:
+    """Return about ``bytes`` bytes of JSON (for the step output limit)."""
+    return {"data": "z" * max(0, int(inputs["bytes"]) - 11)}

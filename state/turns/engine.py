@@ -215,7 +215,7 @@ class TurnEngine:
             phase,
             draft,
             result,
-            execution_timeout_s=self.services.settings.execution_timeout,
+            settings=self.services.settings,
             known_actions=self.services.known_actions,
         )
         draft.check_storable()

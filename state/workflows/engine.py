@@ -11,10 +11,15 @@ from config import Settings
 from state.dispatch import Dispatcher
 from state.documents import codec
 from state.documents.codec import Document
-from state.errors import InvalidPayloadError, StaleStateError, WorkflowSpecError
+from state.errors import (
+    InvalidPayloadError,
+    StaleStateError,
+    StepOutputTooLargeError,
+    WorkflowSpecError,
+)
 from state.machine import Phase
 from state.ticker import Ticker
-from state.workflow import WorkflowState, parse_spec
+from state.workflow import SpecLimits, WorkflowState, parse_spec
 from state.workflows.records import ClaimedStep, Completion, Leftover
 from state.workflows.store import WorkflowStore
 
@@ -50,7 +55,7 @@ class WorkflowEngine:
 
     def validate(self, spec: object, known_actions: Iterable[str]) -> WorkflowState:
         """The workflow a spec describes, fully checked; nothing is stored."""
-        wf = parse_spec(spec, known_actions)
+        wf = parse_spec(spec, known_actions, limits=SpecLimits.from_settings(self.settings))
         if self.store.exists(wf.workflow_id):
             raise WorkflowSpecError(f"workflow {wf.workflow_id!r} already exists")
         return wf
@@ -85,6 +90,9 @@ class WorkflowEngine:
             outputs = self._call(fn, claimed, lease_s)
         except StaleStateError:
             raise
+        except StepOutputTooLargeError as exc:
+            # Running the same action again would only produce the same outputs.
+            return self._fail(claimed, str(exc), retry=False)
         except Exception as exc:
             logger.info("step %s/%s raised %r", workflow_id, step_id, exc)
             return self._fail(claimed, f"{type(exc).__name__}: {exc}", retry=True)
@@ -113,7 +121,13 @@ class WorkflowEngine:
                 f"action {claimed.action!r} returned {type(outputs).__name__}, not a JSON object"
             )
         # Unstorable outputs fail the step here, not in the commit.
-        codec.require_storable(outputs, f"the outputs of action {claimed.action!r}")
+        what = f"the outputs of action {claimed.action!r}"
+        size = len(codec.require_storable(outputs, what).encode())
+        limit = self.settings.max_step_io_bytes
+        if size > limit:
+            raise StepOutputTooLargeError(
+                codec.too_large(what, size, limit, "AGENTSTATE_MAX_STEP_IO_BYTES")
+            )
         return outputs
 
     def _fail(self, claimed: ClaimedStep, error: str, *, retry: bool) -> str:
