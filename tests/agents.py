@@ -4,13 +4,19 @@ Workers load it with AGENTSTATE_AGENT=tests.agents. A message containing "stumbl
 understanding raise; "explode" makes planning raise; "dawdle" makes executing sleep past
 a 1 s deadline; "linger" makes it take LINGER_S (a window for killing or stopping the
 worker mid-phase); "unstorable" makes executing return a user-state change that raises
-when the engine commits it.
+when the engine commits it; "vanish" makes planning end its worker process on the spot
+(counting each run in Redis, see ``vanish_key``); "ponder" makes planning take PONDER_S,
+and "hang" makes retrieving take HANG_S (past a small AGENTSTATE_PHASE_TIME_LIMIT).
 """
 
 from __future__ import annotations
 
+import os
 import time
 
+import redis
+
+from config import get_settings
 from state.agent import PhaseContext, PhaseResult
 from tasks import agent as reference
 from tasks.agent import evaluating, generating, retrieving
@@ -19,6 +25,13 @@ __all__ = ["evaluating", "executing", "generating", "planning", "retrieving", "u
 
 DAWDLE_S = 3.0
 LINGER_S = 2.0
+PONDER_S = 3.0
+HANG_S = 30.0
+
+
+def vanish_key(session_id: str) -> str:
+    """The Redis counter of runs of a session's "vanish" handler."""
+    return f"test:vanish:{session_id}"
 
 
 def understanding(ctx: PhaseContext) -> PhaseResult:
@@ -30,6 +43,11 @@ def understanding(ctx: PhaseContext) -> PhaseResult:
 def planning(ctx: PhaseContext) -> PhaseResult:
     if "explode" in ctx.message:
         raise RuntimeError("the planner exploded on purpose")
+    if "vanish" in ctx.message:
+        # The worker process dies mid-phase, every time: a poison turn. (Planning has no
+        # durable deadline that would end it anyway, as executing's would.)
+        redis.Redis.from_url(get_settings().redis_url).incr(vanish_key(ctx.session_id))
+        os._exit(1)
     return reference.planning(ctx)
 
 

@@ -123,6 +123,7 @@ class SessionStore:
             message_count=int(row.message_count),
             last_task_id=row.last_task_id,
             deadline_at=row.deadline_at,
+            recoveries=int(row.recoveries),
         )
         try:
             doc = codec.decode_document(row.doc)

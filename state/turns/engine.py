@@ -23,6 +23,7 @@ from state.documents.codec import Document
 from state.errors import StaleStateError, StateLockAcquisitionError, UnstorableResultError
 from state.lock import LockHandle
 from state.machine import RESTING_PHASES, Phase, Trigger
+from state.recovery.queries import note_redelivery
 from state.sessions.snapshot import CommitResult, Snapshot
 from state.storage import keys
 from state.storage.cache import CachedEntry
@@ -48,6 +49,7 @@ class _Held:
     entry: CachedEntry | None
     outcome: PhaseOutcome
     followups: Followups = field(default_factory=Followups)
+    give_up: str | None = None  # why the turn ends now instead of running its handler
 
 
 class TurnEngine:
@@ -61,6 +63,11 @@ class TurnEngine:
     def run_phase(self, delivery: Delivery) -> PhaseOutcome:
         """Run the delivered phase (and, under the inline policy, the quick ones after it)."""
         sync = self.services.sync
+        if delivery.redelivered:
+            # Counted before waiting for the lock (its lost worker's lock may outlive it),
+            # so the retry that follows a long wait finds the count in the row.
+            session_id, phase, revision = delivery.session_id, delivery.phase, delivery.revision
+            note_redelivery(self.services.sessions.engine, session_id, phase, revision)
         try:
             handle, entry = sync.acquire(
                 delivery.session_id, read_cache=True, timeout_s=self._lock_wait_s(delivery.phase)
@@ -105,6 +112,7 @@ class TurnEngine:
             if not self.agent.is_quick(delivery.phase):
                 self.services.sync.keep_renewed(held.handle)
             held.outcome.revision = snap.revision
+            held.give_up = self._given_up(snap)
             try:
                 return self._run_phases(delivery.phase, snap, delivery.task_id, held)
             except StaleStateError:
@@ -117,8 +125,10 @@ class TurnEngine:
     def _run_phases(
         self, phase: Phase | None, snap: Snapshot, task_id: str | None, held: _Held
     ) -> Snapshot:
+        give_up = held.give_up
         while phase is not None:
-            draft = self._draft(phase, snap, task_id)
+            draft = self._draft(phase, snap, task_id, give_up)
+            give_up = None
             if draft is None:
                 break
             result = self._commit(snap, draft, held.handle)
@@ -143,6 +153,15 @@ class TurnEngine:
             )
             rules.fail_turn(draft, Trigger.ERROR_OCCURRED, rules.ERROR_REPLY, str(exc))
             return sessions.commit(snap, draft.change(), still_held)
+
+    def _given_up(self, snap: Snapshot) -> str | None:
+        """Why the turn must end without its handler: its revision was recovered (its
+        worker lost, by the broker or the sweep) more than AGENTSTATE_MAX_RECOVERIES times,
+        so the handler is likely what kills its workers. (Only a snapshot read from the
+        database knows the count; a cached one says 0, and the sweep has its own check.)"""
+        if snap.recoveries <= self.services.settings.max_recoveries:
+            return None
+        return f"gave up after {snap.recoveries - 1} recoveries in phase {snap.phase}"
 
     def _lock_wait_s(self, phase: Phase) -> float:
         # A kick only needs to know the session is busy; a phase waits a while for a
@@ -176,7 +195,9 @@ class TurnEngine:
 
     # -- building a phase's change ---------------------------------------------
 
-    def _draft(self, phase: Phase, snap: Snapshot, task_id: str | None) -> Draft | None:
+    def _draft(
+        self, phase: Phase, snap: Snapshot, task_id: str | None, give_up: str | None = None
+    ) -> Draft | None:
         draft = Draft(snap, task_id)
         if phase == Phase.UNDERSTANDING:
             item = self.services.inbox.next_queued(snap.session_id)
@@ -186,6 +207,9 @@ class TurnEngine:
         elif phase == Phase.EXECUTING and self.services.waiting_on_workflow(snap):
             return None
         draft.checkpoint()
+        if give_up is not None:
+            rules.fail_turn(draft, Trigger.ERROR_OCCURRED, rules.ERROR_REPLY, give_up)
+            return draft
         if deadline_passed(draft.snap):
             rules.fail_turn(
                 draft, Trigger.TIMEOUT, rules.TIMEOUT_REPLY, "execution deadline passed"
