@@ -56,6 +56,11 @@ class UnstorableResultError(AgentStateError):
     id is taken, ...): the turn ends with an apology instead of being retried."""
 
 
+class PhaseTimeLimitError(AgentStateError):
+    """A handler (other than executing's) ran past AGENTSTATE_PHASE_TIME_LIMIT: its result
+    is refused and its turn ends with an apology."""
+
+
 class StaleStateError(AgentStateError):
     """The state changed (or the lock was lost) since it was read; nothing was written."""
 

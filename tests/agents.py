@@ -17,16 +17,16 @@ import time
 import redis
 
 from config import get_settings
-from state.agent import PhaseContext, PhaseResult
+from state.agent import PhaseContext, PhaseResult, quick
 from tasks import agent as reference
-from tasks.agent import evaluating, generating, retrieving
+from tasks.agent import evaluating, generating
 
 __all__ = ["evaluating", "executing", "generating", "planning", "retrieving", "understanding"]
 
 DAWDLE_S = 3.0
 LINGER_S = 2.0
 PONDER_S = 3.0
-HANG_S = 30.0
+HANG_S = 8.0
 
 
 def vanish_key(session_id: str) -> str:
@@ -43,12 +43,21 @@ def understanding(ctx: PhaseContext) -> PhaseResult:
 def planning(ctx: PhaseContext) -> PhaseResult:
     if "explode" in ctx.message:
         raise RuntimeError("the planner exploded on purpose")
+    if "ponder" in ctx.message:
+        time.sleep(PONDER_S)
     if "vanish" in ctx.message:
         # The worker process dies mid-phase, every time: a poison turn. (Planning has no
         # durable deadline that would end it anyway, as executing's would.)
         redis.Redis.from_url(get_settings().redis_url).incr(vanish_key(ctx.session_id))
         os._exit(1)
     return reference.planning(ctx)
+
+
+@quick  # claims to be quick, so its lock is not renewed: the limit must still hold
+def retrieving(ctx: PhaseContext) -> PhaseResult:
+    if "hang" in ctx.message:
+        time.sleep(HANG_S)  # as good as never, for a test: the worker is stuck meanwhile
+    return reference.retrieving(ctx)
 
 
 def executing(ctx: PhaseContext) -> PhaseResult:

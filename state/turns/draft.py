@@ -88,6 +88,14 @@ class Draft:
             dict(self.inbox),
         )
 
+    def at_checkpoint(self) -> Draft:
+        """A new draft holding what this one held at its checkpoint (so that another
+        thread can end the turn while this draft's handler is still running)."""
+        twin = Draft(self.snap, None)
+        twin._base = self._base
+        twin.rollback()
+        return twin
+
     def rollback(self) -> None:
         """Forget the handler's changes (they must not leak into an error commit)."""
         if self._base is None:

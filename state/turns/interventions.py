@@ -41,6 +41,12 @@ class TurnInterventions:
         rules.fail_turn(draft, trigger, reply, cause)
         return self._force_commit(snap, draft, trigger or "reset")
 
+    def end_overrun(self, draft: Draft, cause: str) -> PhaseOutcome:
+        """End the turn of ``draft`` (at its checkpoint, before its handler's changes) with
+        the timeout apology, while its handler is still running past its time limit."""
+        rules.fail_turn(draft, Trigger.TIMEOUT, rules.TIMEOUT_REPLY, cause)
+        return self._force_commit(draft.snap, draft, "timeout")
+
     def reject_next_message(self, snap: Snapshot, cause: str) -> PhaseOutcome:
         """Answer the next queued message with an apology without running its turn."""
         item = self.services.inbox.next_queued(snap.session_id)
