@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -321,18 +320,3 @@ def test_a_workflow_of_another_users_session_reads_as_an_unknown_one(
     orphan = client.start_workflow({"session_id": uid("s"), "steps": [_step("a")]})
     client.wait_for_workflow(orphan, timeout=60)
     assert client.get_workflow(orphan, user_id=mallory) is None
-
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def test_the_readme_flask_example_scopes_reads_and_maps_errors() -> None:
-    text = README.read_text(encoding="utf-8")
-    start = text.index("```python\nfrom flask import") + len("```python\n")
-    example = text[start : text.index("```", start)]
-    compile(example, "README.md", "exec")  # at least it is Python
-    reads = example.split("def get_session", 1)[1]
-    assert "user_id=" in reads and "history_limit=" in reads
-    assert "@app.errorhandler(NotFoundError)" in example and "404" in example
-    assert "@app.errorhandler(BadInputError)" in example and "400" in example
-    assert "not text.strip()" in example
