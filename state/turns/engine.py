@@ -280,8 +280,8 @@ class TurnEngine:
         """Watch a handler (executing's has its durable deadline instead): if it has not
         returned by the limit, its worker's watchdog ends the turn. That commit needs no
         lock and is fenced by the revision, so the turn ends once, whoever is first: the
-        watchdog, or the handler's own late commit; the sweep never sees a stuck handler
-        (its lock is held and renewed), so it never runs it again."""
+        watchdog, or the handler's own late commit. Meanwhile the live worker holds the
+        lock, so the sweep does not hand the stuck phase to another worker to run again."""
         if phase == Phase.EXECUTING:
             return nullcontext()
         snap, cause = draft.snap, self._overrun_cause(phase)
