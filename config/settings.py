@@ -83,6 +83,13 @@ class Settings(BaseSettings):
     max_reply_bytes: int = Field(16384, ge=64)
     max_facts: int = Field(100, ge=1)
     max_fact_bytes: int = Field(2048, ge=1)
+    # What one input may cost anyone; past a limit the input is refused, naming it.
+    max_user_state_bytes: int = Field(1 << 20, gt=0)
+    max_spec_bytes: int = Field(1 << 20, gt=0)
+    max_spec_links: int = Field(100_000, ge=0)
+    max_step_io_bytes: int = Field(1 << 20, gt=0)
+    # Seconds a handler other than executing's may run before its turn is ended.
+    phase_time_limit: float = Field(10.0, gt=0)
     stuck_after: float = Field(60.0, gt=0)
     hop_policy: HopPolicy = HopPolicy.EVERY_PHASE
     # Not in the public surface, but handy for operators and benchmarks.

@@ -169,7 +169,9 @@ def quick(handler: H) -> H:
 
     Under ``AGENTSTATE_HOP_POLICY=inline`` a quick phase runs in the same worker right
     after the phase before it (still one durable checkpoint per phase); its lock is not
-    renewed while it runs, so it must really be quick.
+    renewed while it runs (unless AGENTSTATE_PHASE_TIME_LIMIT could outlast it), so it
+    must really be quick. Like any handler but executing's, it is held to
+    AGENTSTATE_PHASE_TIME_LIMIT.
 
     Args:
         handler: a phase handler.

@@ -23,6 +23,16 @@ class InvalidPayloadError(BadInputError):
     """A payload is not the JSON object it must be."""
 
 
+class UserStateTooLargeError(InvalidPayloadError):
+    """A user's state is larger than AGENTSTATE_MAX_USER_STATE_BYTES."""
+
+
+class StepOutputTooLargeError(InvalidPayloadError):
+    """A workflow step's outputs are larger than AGENTSTATE_MAX_STEP_IO_BYTES."""
+
+    retryable = False  # running the same action again would only produce the same outputs
+
+
 class WorkflowSpecError(BadInputError):
     """A workflow spec is malformed, cyclic, dangling or names an unknown action."""
 
@@ -72,6 +82,11 @@ class InvalidTransitionError(AgentStateError):
 class UnstorableResultError(AgentStateError):
     """A handler's result cannot be committed (its user-state change raised, its workflow
     id is taken, ...): the turn ends with an apology instead of being retried."""
+
+
+class PhaseTimeLimitError(AgentStateError):
+    """A handler (other than executing's) ran past AGENTSTATE_PHASE_TIME_LIMIT: its result
+    is refused and its turn ends with an apology."""
 
 
 class StaleStateError(AgentStateError):

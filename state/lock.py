@@ -184,9 +184,18 @@ class DistributedStateSync:
         if not read_cache:
             return bool(self._acquire(keys=[handle.key], args=[handle.token, handle.ttl_ms])), None
         cache_key = keys.session_cache(handle.session_id)
-        reply = self._acquire_and_read(
-            keys=[handle.key, cache_key], args=[handle.token, handle.ttl_ms]
-        )
+        try:
+            reply = self._acquire_and_read(
+                keys=[handle.key, cache_key], args=[handle.token, handle.ttl_ms]
+            )
+        except redis.ResponseError as exc:
+            # The script failed, perhaps after taking the lock: free it (it is ours if it
+            # was taken) and take it without the cache.
+            logger.warning(
+                "lock-and-read of %s failed; locking without the cache: %s", cache_key, exc
+            )
+            self._release(keys=[handle.key], args=[handle.token])
+            return bool(self._acquire(keys=[handle.key], args=[handle.token, handle.ttl_ms])), None
         if not reply[0]:
             return False, None
         return True, decode_entry(cache_key, reply[1], reply[2])
@@ -262,7 +271,11 @@ class DistributedStateSync:
                 args=[snapshot.revision, payload, self.store.cache.ttl_s, handle.token],
             )
         except redis.RedisError as exc:
+            # A failed cache write must never keep the lock: release it on its own, and
+            # drop whatever the cache holds (the next reader goes to the database).
             logger.warning("cache write/release for %s failed: %s", snapshot.session_id, exc)
+            self.release(handle)
+            self.store.cache.evict(cache_key)
 
     # -- the seed's atomic update ---------------------------------------------
 

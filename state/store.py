@@ -44,9 +44,11 @@ class PersistentStateManager:
         self.migrator = StateMigrator()
 
     def save_user_state(self, user_id: str, state: Document) -> int:
-        """Replace the user's state; return its new revision."""
+        """Replace the user's state; return its new revision. A state larger than
+        AGENTSTATE_MAX_USER_STATE_BYTES is refused (UserStateTooLargeError), nothing written."""
         validate_id(user_id, "user")
         doc = stamp(dict(require_object(state, "user state")))
+        users.require_size(doc, self.backend.settings.max_user_state_bytes)
         with self.postgres.begin() as conn:
             revision = users.upsert(conn, user_id, doc)
         self.backend.cache.put(keys.user_state_cache(user_id), revision, doc)
@@ -69,7 +71,9 @@ class PersistentStateManager:
         """Read-modify-write the user's state in one transaction (no lost updates)."""
         validate_id(user_id, "user")
         with self.postgres.begin() as conn:
-            doc, revision = users.mutate(conn, user_id, change)
+            doc, revision = users.mutate(
+                conn, user_id, change, max_bytes=self.backend.settings.max_user_state_bytes
+            )
         self.backend.cache.put(keys.user_state_cache(user_id), revision, doc)
         return doc
 

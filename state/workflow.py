@@ -21,7 +21,8 @@ from typing import Any
 
 import orjson
 
-from state.documents.codec import require_storable
+from config import Settings, get_settings
+from state.documents.codec import json_size, require_storable, too_large
 from state.errors import (
     InvalidIdError,
     InvalidPayloadError,
@@ -75,6 +76,20 @@ class WorkflowStatus(StrEnum):
     def finished(cls) -> frozenset[WorkflowStatus]:
         """The statuses of a workflow that nothing changes but a retry."""
         return frozenset({cls.SUCCESS, cls.FAILED, cls.CANCELLED})
+
+
+@dataclass(frozen=True)
+class SpecLimits:
+    """What one workflow spec may cost; a spec past a limit is refused, naming it."""
+
+    max_bytes: int  # the whole spec as JSON (AGENTSTATE_MAX_SPEC_BYTES)
+    max_links: int  # dependency links over all steps (AGENTSTATE_MAX_SPEC_LINKS)
+    max_step_io_bytes: int  # one step's inputs as JSON (AGENTSTATE_MAX_STEP_IO_BYTES)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SpecLimits:
+        """The limits ``settings`` sets."""
+        return cls(settings.max_spec_bytes, settings.max_spec_links, settings.max_step_io_bytes)
 
 
 TERMINAL = frozenset(
@@ -219,17 +234,28 @@ def transitive_dependents(steps: dict[str, WorkflowStep], roots: Iterable[str]) 
 
 
 def parse_spec(
-    spec: object, known_actions: Iterable[str] | None = None, max_steps: int = MAX_STEPS
+    spec: object,
+    known_actions: Iterable[str] | None = None,
+    max_steps: int = MAX_STEPS,
+    limits: SpecLimits | None = None,
 ) -> WorkflowState:
-    """Validate a workflow spec completely and build its state; raise WorkflowSpecError."""
+    """Validate a workflow spec completely and build its state; raise WorkflowSpecError.
+
+    Sizes are checked first and cheaply (the JSON size, then the number of dependency
+    links), so an oversized spec costs one serialization, never a graph. ``limits``
+    defaults to the settings' (AGENTSTATE_MAX_SPEC_BYTES, ..._SPEC_LINKS, ..._STEP_IO_BYTES).
+    """
     if not isinstance(spec, dict):
         raise WorkflowSpecError("workflow spec must be a JSON object")
     _check_keys(spec, SPEC_KEYS, "workflow spec")
+    limits = limits or SpecLimits.from_settings(get_settings())
+    _check_size(spec, limits.max_bytes)
     raw_steps = spec.get("steps")
     if not isinstance(raw_steps, list) or not raw_steps:
         raise WorkflowSpecError("workflow spec needs a non-empty 'steps' list")
     if len(raw_steps) > max_steps:
         raise WorkflowSpecError(f"workflow has {len(raw_steps)} steps; the limit is {max_steps}")
+    _check_link_count(raw_steps, limits.max_links)
     context = spec.get("context", {})
     if not isinstance(context, dict):
         raise WorkflowSpecError("'context' must be a JSON object")
@@ -237,7 +263,7 @@ def parse_spec(
     actions = None if known_actions is None else set(known_actions)
     steps: dict[str, WorkflowStep] = {}
     for index, raw in enumerate(raw_steps):
-        step = _parse_step(raw, index, actions)
+        step = _parse_step(raw, index, actions, limits.max_step_io_bytes)
         if step.step_id in steps:
             raise WorkflowSpecError(f"duplicate step id {step.step_id!r}")
         steps[step.step_id] = step
@@ -272,9 +298,34 @@ def _suggest(key: object, valid: tuple[str, ...]) -> str:
     return f"{shown} (did you mean {close[0]!r}?)" if close else shown
 
 
-def _storable(value: object, what: str) -> None:
+def _check_size(spec: dict[str, Any], max_bytes: int) -> None:
     try:
-        require_storable(value, what)
+        size = json_size(spec, "workflow spec")
+    except InvalidPayloadError as exc:
+        raise WorkflowSpecError(str(exc)) from exc
+    if size > max_bytes:
+        raise WorkflowSpecError(
+            too_large("workflow spec", size, max_bytes, "AGENTSTATE_MAX_SPEC_BYTES")
+        )
+
+
+def _check_link_count(raw_steps: list[Any], max_links: int) -> None:
+    # Counted on the raw spec, before any step is built: links cost graph work later.
+    links = sum(
+        len(deps)
+        for raw in raw_steps
+        if isinstance(raw, dict) and isinstance(deps := raw.get("dependencies"), list)
+    )
+    if links > max_links:
+        raise WorkflowSpecError(
+            f"workflow has {links} dependency links; the limit is {max_links} "
+            "(AGENTSTATE_MAX_SPEC_LINKS)"
+        )
+
+
+def _storable(value: object, what: str) -> str:
+    try:
+        return require_storable(value, what)
     except InvalidPayloadError as exc:
         raise WorkflowSpecError(str(exc)) from exc
 
@@ -289,7 +340,9 @@ def _optional_id(spec: dict[str, Any], key: str) -> str | None:
         raise WorkflowSpecError(str(exc)) from exc
 
 
-def _parse_step(raw: object, index: int, actions: set[str] | None) -> WorkflowStep:
+def _parse_step(
+    raw: object, index: int, actions: set[str] | None, max_io_bytes: int
+) -> WorkflowStep:
     where = f"step #{index + 1}"
     if not isinstance(raw, dict):
         raise WorkflowSpecError(f"{where} must be a JSON object")
@@ -308,7 +361,10 @@ def _parse_step(raw: object, index: int, actions: set[str] | None) -> WorkflowSt
     inputs = raw.get("inputs", {})
     if not isinstance(inputs, dict):
         raise WorkflowSpecError(f"{where}: 'inputs' must be a JSON object")
-    _storable(inputs, f"{where}: 'inputs'")
+    size = len(_storable(inputs, f"{where}: 'inputs'").encode())
+    if size > max_io_bytes:
+        what = f"{where}: 'inputs'"
+        raise WorkflowSpecError(too_large(what, size, max_io_bytes, "AGENTSTATE_MAX_STEP_IO_BYTES"))
     if len(action) > MAX_NAME_LENGTH:
         raise WorkflowSpecError(f"{where}: the action name is longer than {MAX_NAME_LENGTH}")
     step_name = str(raw.get("step_name") or step_id)

@@ -70,6 +70,12 @@ class AgentStateTask(Task):  # type: ignore[misc]
         request = self.request
         return bool(request.retries) or bool((request.delivery_info or {}).get("redelivered"))
 
+    @property
+    def redelivered(self) -> bool:
+        """Whether the broker delivers this message again because the worker that had it
+        was lost (evidence, unlike a retry, that the task may have killed its worker)."""
+        return bool((self.request.delivery_info or {}).get("redelivered"))
+
     def attempt(self, call: Callable[[], T], on_stale: Callable[[StaleStateError], T]) -> T:
         """Run ``call``; retry this task later on a transient error; a delivery that lost
         a race to another writer is dropped with ``on_stale``'s result."""

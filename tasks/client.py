@@ -26,7 +26,6 @@ from state.sessions.inbox import Inbox
 from state.sessions.store import SessionStore
 from state.storage.backend import Backend
 from state.store import PersistentStateManager
-from state.workflow import WorkflowStatus
 from state.workflows.engine import WorkflowEngine
 from state.workflows.served import ServedActions
 from state.workflows.store import WorkflowStore
@@ -96,27 +95,54 @@ class AgentClient(RunControl):
             logger.warning("enqueue failed, the sweep will retry: %s", redact_url(str(exc)))
         return item.message_id
 
-    def get_session(self, session_id: str) -> Document | None:
-        """The session (seed fields, ``phase``, ``_version``, full history) or None."""
+    def get_session(
+        self,
+        session_id: str,
+        user_id: str | None = None,
+        history_limit: int | None = None,
+        before_seq: int | None = None,
+    ) -> Document | None:
+        """The session (seed fields, ``phase``, ``_version``, history) or None.
+
+        With ``user_id``, a session of another user reads as None, like an unknown id.
+        The history is whole unless paged: the newest ``history_limit`` items before
+        ``before_seq``, oldest first. Each item carries its ``seq``, so the next older page
+        is ``before_seq=history[0]["seq"]``; ``history_limit=0`` reads the state alone.
+        """
         validate_id(session_id, "session")
-        doc = self.sessions.document(session_id)
+        if user_id is not None:
+            validate_id(user_id, "user")
+        doc = self.sessions.document(
+            session_id, user_id=user_id, history_limit=history_limit, before_seq=before_seq
+        )
         if doc is not None:
             doc["queued"] = self.inbox.queued_count(session_id)
         return doc
 
-    def wait_for_idle(self, session_id: str, timeout: float = 30.0) -> Document:
-        """Wait until the session rests (idle or clarifying) with nothing queued."""
+    def wait_for_idle(
+        self,
+        session_id: str,
+        timeout: float = 30.0,
+        user_id: str | None = None,
+        history_limit: int | None = None,
+    ) -> Document:
+        """Wait until the session rests (idle or clarifying) with nothing queued; return it
+        as :meth:`get_session` does. Waiting reads only the phase and the queue; the
+        document (its whole history unless ``history_limit``) is read once, at the end.
+        A session of another ``user_id`` raises NotFoundError, like an unknown id."""
         validate_id(session_id, "session")
+        if user_id is not None:
+            validate_id(user_id, "user")
         seen = {"phase": "unknown"}
 
         def rested() -> Document | None:
-            found = self.inbox.resting(session_id)
+            found = self.inbox.resting(session_id, user_id)
             if found is None:
                 raise NotFoundError(f"unknown session {session_id!r}")
             seen["phase"], queued = found
             if seen["phase"] not in RESTING_PHASES or queued:
                 return None
-            return self.get_session(session_id)
+            return self.get_session(session_id, user_id, history_limit)
 
         return _poll(rested, timeout, lambda: f"session {session_id} still in {seen['phase']!r}")
 
@@ -137,23 +163,34 @@ class AgentClient(RunControl):
             logger.warning("enqueue failed, the sweep will retry: %s", redact_url(str(exc)))
             return wf.workflow_id
 
-    def get_workflow(self, workflow_id: str) -> Document | None:
-        """The workflow with every step's status, outputs and retry count, or None."""
-        validate_id(workflow_id, "workflow")
-        return self.workflows.store.document(workflow_id)
+    def get_workflow(self, workflow_id: str, user_id: str | None = None) -> Document | None:
+        """The workflow with every step's status, outputs and retry count, or None.
 
-    def wait_for_workflow(self, workflow_id: str, timeout: float = 60.0) -> Document:
-        """Wait until every step is terminal; return the workflow."""
+        With ``user_id``, a workflow of another user's session reads as None, like an
+        unknown id (a workflow of no session belongs to nobody and reads as usual).
+        """
         validate_id(workflow_id, "workflow")
+        if user_id is not None:
+            validate_id(user_id, "user")
+        return self.workflows.store.document(workflow_id, user_id)
+
+    def wait_for_workflow(
+        self, workflow_id: str, timeout: float = 60.0, user_id: str | None = None
+    ) -> Document:
+        """Wait until every step is terminal; return the workflow. Waiting reads statuses
+        and counts only; the document, payloads and all, is read once, at the end. A
+        workflow ``user_id`` may not read raises NotFoundError, like an unknown id."""
+        validate_id(workflow_id, "workflow")
+        if user_id is not None:
+            validate_id(user_id, "user")
         seen = {"progress": "progress unknown"}
 
         def finished() -> Document | None:
-            doc = self.get_workflow(workflow_id)
-            if doc is None:
+            progress = self.workflows.store.progress(workflow_id, user_id=user_id)
+            if progress is None:
                 raise NotFoundError(f"unknown workflow {workflow_id!r}")
-            done = doc["total_steps"] - doc["remaining_steps"]
-            seen["progress"] = f"{done}/{doc['total_steps']} steps done"
-            return doc if doc["status"] in WorkflowStatus.finished() else None
+            seen["progress"] = f"{progress.done}/{progress.total_steps} steps done"
+            return self.get_workflow(workflow_id, user_id) if progress.finished else None
 
         return _poll(
             finished, timeout, lambda: f"workflow {workflow_id} unfinished ({seen['progress']})"

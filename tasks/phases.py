@@ -19,7 +19,9 @@ from tasks.runtime import runtime
 
 def _phase_task(phase: Phase) -> Any:
     def run_phase(self: AgentStateTask, session_id: str, revision: int | None = None) -> Any:
-        delivery = Delivery(phase, session_id, revision, self.request.id, not self.repeated)
+        delivery = Delivery(
+            phase, session_id, revision, self.request.id, not self.repeated, self.redelivered
+        )
         return self.attempt(
             lambda: runtime().turns.run_phase(delivery).as_dict(),
             stale_result(session_id=session_id, phases=[]),

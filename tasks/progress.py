@@ -10,6 +10,8 @@ from functools import partial
 from typing import Any, TextIO
 
 from state.documents.codec import Document
+from state.errors import NotFoundError
+from state.workflows.records import WorkflowProgress
 
 _POLL_S = 0.03
 _BAR_WIDTH = 30
@@ -58,14 +60,18 @@ class TurnWatcher:
         """Block until the message is answered; return (reply, phases of its turn)."""
         deadline = time.monotonic() + timeout
         path: list[str] = []
+        looked_at = -1
         while time.monotonic() < deadline:
-            path = self._path() or path
+            found, revision = self._look()
+            path = found or path
             self._show(path)
-            reply = self._reply()
+            # The history only changes with the revision: read it only when that moved.
+            reply = self._reply() if revision != looked_at else None
+            looked_at = revision
             if reply is not None:
                 # The reply may have landed after the path was read: read it once more
                 # (the reply and the turn's last phase commit together).
-                path = self._path() or path
+                path = self._look()[0] or path
                 self._show(path)
                 self._finish()
                 return reply, path
@@ -76,14 +82,16 @@ class TurnWatcher:
             "(are workers running? `celery -A tasks worker`)"
         )
 
-    def _path(self) -> list[str] | None:
-        """The phases this message's turn went through so far (None: not started yet,
-        or a later message's turn already replaced it)."""
+    def _look(self) -> tuple[list[str] | None, int]:
+        """The phases this message's turn went through so far (None: not started yet, or
+        a later message's turn already replaced it), and the session's revision."""
         snapshot = self.client.sessions.load_from_database(self.session_id)
-        turn = (snapshot.doc.get("metadata") or {}).get("turn") or {} if snapshot else {}
+        if snapshot is None:
+            return None, -1
+        turn = (snapshot.doc.get("metadata") or {}).get("turn") or {}
         if turn.get("message_id") != self.message_id:
-            return None
-        return list(turn.get("path", []))
+            return None, snapshot.revision
+        return list(turn.get("path", [])), snapshot.revision
 
     def _reply(self) -> str | None:
         for item in reversed(self.client.sessions.history(self.session_id, last=50)):
@@ -107,7 +115,8 @@ class TurnWatcher:
 
 
 class WorkflowWatcher:
-    """Polls a workflow and draws a progress bar (done/total, failures)."""
+    """Polls a workflow's counts and draws a progress bar (done/total, failures); the
+    workflow itself, inputs and outputs, is read once, when it has finished."""
 
     def __init__(
         self, client: Any, workflow_id: str, *, quiet: bool = False, out: TextIO | None = None
@@ -121,20 +130,22 @@ class WorkflowWatcher:
         """Block until the workflow finishes; return it."""
         deadline = time.monotonic() + timeout
         while True:
-            doc = self.client.get_workflow(self.workflow_id)
-            self._draw(doc)
-            if doc["status"] in ("success", "failed"):
+            progress = self.client.workflows.store.progress(self.workflow_id, step_counts=True)
+            if progress is None:
+                raise NotFoundError(f"unknown workflow {self.workflow_id!r}")
+            self._draw(progress)
+            if progress.finished:
                 self._newline()
-                return dict(doc)
+                return dict(self.client.get_workflow(self.workflow_id))
             if time.monotonic() >= deadline:
                 self._newline()
                 raise TimeoutError(f"workflow {self.workflow_id} unfinished after {timeout:g}s")
             time.sleep(0.1)
 
-    def _draw(self, doc: Document) -> None:
+    def _draw(self, progress: WorkflowProgress) -> None:
         if self.out is None:
             return
-        line = progress_line(doc)
+        line = progress_line(progress)
         if line == self.last_line:
             return
         tty = self.out.isatty()
@@ -147,13 +158,11 @@ class WorkflowWatcher:
             self.out.write("\n")
 
 
-def progress_line(doc: Document) -> str:
+def progress_line(progress: WorkflowProgress) -> str:
     """``[#####-----] 12/40 done, 1 failed, 3 running``."""
-    counts: dict[str, int] = {}
-    for step in doc["steps"].values():
-        counts[step["status"]] = counts.get(step["status"], 0) + 1
-    total = doc["total_steps"]
-    done = total - doc["remaining_steps"]
+    counts = progress.step_counts or {}
+    total = progress.total_steps
+    done = progress.done
     filled = int(_BAR_WIDTH * done / total) if total else _BAR_WIDTH
     bar = "#" * filled + "-" * (_BAR_WIDTH - filled)
     extras = [

@@ -78,3 +78,9 @@ def gate(inputs: Document, deps: Document, context: Document) -> Document:
         time.sleep(0.02)
     store.hincrby(key, inputs["name"], 1)
     return {"value": 1}
+
+
+@action("sized_output")
+def sized_output(inputs: Document, deps: Document, context: Document) -> Document:
+    """Return about ``bytes`` bytes of JSON (for the step output limit)."""
+    return {"data": "z" * max(0, int(inputs["bytes"]) - 11)}

@@ -1,21 +1,28 @@
 """A test agent: the reference agent, plus handlers that fail or overrun on request.
 
-Workers load it with AGENTSTATE_AGENT=tests.agents. A message containing "explode" makes
-planning raise; "dawdle" makes executing sleep past a 1 s deadline; "linger" makes it
-take LINGER_S (a window for killing or stopping the worker mid-phase); "straggle" makes it
-take STRAGGLE_S (long enough to partition the worker away and let another finish the
-turn); "unstorable" makes executing return a user-state change that raises when the
-engine commits it; "slowflow" makes executing wait for a workflow whose one step sleeps
-3 s.
+Workers load it with AGENTSTATE_AGENT=tests.agents. A message containing "stumble" makes
+understanding raise; "explode" makes planning raise; "dawdle" makes executing sleep past
+a 1 s deadline; "linger" makes it take LINGER_S (a window for killing or stopping the
+worker mid-phase); "straggle" makes it take STRAGGLE_S (long enough to partition the
+worker away and let another finish the turn); "unstorable" makes executing return a
+user-state change that raises when the engine commits it; "slowflow" makes executing wait
+for a workflow whose one step sleeps 3 s; "vanish" makes planning end its worker process
+on the spot (counting each run in Redis, see ``vanish_key``); "ponder" makes planning take
+PONDER_S, and "hang" makes retrieving take HANG_S (past a small
+AGENTSTATE_PHASE_TIME_LIMIT).
 """
 
 from __future__ import annotations
 
+import os
 import time
 
-from state.agent import PhaseContext, PhaseResult
+import redis
+
+from config import get_settings
+from state.agent import PhaseContext, PhaseResult, quick
 from tasks import agent as reference
-from tasks.agent import evaluating, generating, retrieving, understanding
+from tasks.agent import evaluating, generating
 
 __all__ = ["evaluating", "executing", "generating", "planning", "retrieving", "understanding"]
 
@@ -23,12 +30,39 @@ DAWDLE_S = 3.0
 SLOW_WORKFLOW = {"steps": [{"step_id": "slow", "action": "sleep", "inputs": {"seconds": 3}}]}
 LINGER_S = 2.0
 STRAGGLE_S = 9.0
+PONDER_S = 3.0
+HANG_S = 8.0
+
+
+def vanish_key(session_id: str) -> str:
+    """The Redis counter of runs of a session's "vanish" handler."""
+    return f"test:vanish:{session_id}"
+
+
+def understanding(ctx: PhaseContext) -> PhaseResult:
+    if "stumble" in ctx.message:
+        raise RuntimeError("the understanding handler stumbled on purpose")
+    return reference.understanding(ctx)
 
 
 def planning(ctx: PhaseContext) -> PhaseResult:
     if "explode" in ctx.message:
         raise RuntimeError("the planner exploded on purpose")
+    if "ponder" in ctx.message:
+        time.sleep(PONDER_S)
+    if "vanish" in ctx.message:
+        # The worker process dies mid-phase, every time: a poison turn. (Planning has no
+        # durable deadline that would end it anyway, as executing's would.)
+        redis.Redis.from_url(get_settings().redis_url).incr(vanish_key(ctx.session_id))
+        os._exit(1)
     return reference.planning(ctx)
+
+
+@quick  # claims to be quick, so its lock is not renewed: the limit must still hold
+def retrieving(ctx: PhaseContext) -> PhaseResult:
+    if "hang" in ctx.message:
+        time.sleep(HANG_S)  # as good as never, for a test: the worker is stuck meanwhile
+    return reference.retrieving(ctx)
 
 
 def executing(ctx: PhaseContext) -> PhaseResult:

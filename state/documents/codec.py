@@ -70,6 +70,19 @@ def _has_non_finite(value: Any) -> bool:
     return False
 
 
+def json_size(value: Any, what: str) -> int:
+    """How many bytes ``value`` takes as JSON (InvalidPayloadError if it is not JSON)."""
+    try:
+        return len(orjson.dumps(value))
+    except TypeError as exc:
+        raise InvalidPayloadError(f"{what} is not storable JSON: {exc}") from exc
+
+
+def too_large(what: str, size: int, limit: int, setting: str) -> str:
+    """The one line that refuses ``what`` for its size, naming the setting."""
+    return f"{what} is {size} bytes; the limit is {limit} ({setting})"
+
+
 def require_text(text: Any, what: str, max_bytes: int) -> int:
     """Check a message: a string of valid UTF-8 text, no NUL, at most ``max_bytes``."""
     if not isinstance(text, str):

@@ -11,7 +11,7 @@ from datetime import datetime
 from sqlalchemy import Engine, and_, or_, select, update
 
 from state.clock import utcnow
-from state.machine import RESTING_PHASES
+from state.machine import RESTING_PHASES, Phase
 from state.session import SessionStatus
 from state.sessions.snapshot import InboxState, Snapshot
 from state.storage.db import read_connection
@@ -75,6 +75,20 @@ def note_session_recovery(engine: Engine, snapshot: Snapshot, *, count: bool = T
             .returning(sessions.c.recoveries)
         ).first()
     return None if row is None else int(row[0])
+
+
+def note_redelivery(engine: Engine, session_id: str, phase: str, revision: int | None) -> None:
+    """Count one recovery of the session if it is still where a redelivered phase task
+    expects it (``revision`` if given, and ``phase``, or resting for a turn's start)."""
+    where = [sessions.c.session_id == session_id]
+    if revision is not None:
+        where.append(sessions.c.revision == revision)
+    if phase == Phase.UNDERSTANDING:
+        where.append(sessions.c.phase.in_(tuple(RESTING_PHASES)))
+    else:
+        where.append(sessions.c.phase == phase)
+    with engine.begin() as conn:
+        conn.execute(update(sessions).where(*where).values(recoveries=sessions.c.recoveries + 1))
 
 
 def expire_idle_sessions(engine: Engine, cutoff: datetime) -> int:

@@ -5,9 +5,13 @@ Everything the sweep re-enqueues carries the revision it expects, so re-enqueuei
 that is in fact still running is harmless: the revision guard drops the loser.
 
 A turn or step recovered more than AGENTSTATE_MAX_RECOVERIES times at the same revision is
-poison: the turn ends with an apology, the step fails, and the reason is recorded. A
-recovery only counts when the broker's queue is empty: while messages wait, slow work is
-not evidence of lost work. Each item is retried at most once per AGENTSTATE_STUCK_AFTER.
+poison: the turn ends with an apology, the step fails, and the reason is recorded. Each
+item is recovered at most once per AGENTSTATE_STUCK_AFTER (a recovery touches it), and
+every recovery counts, however busy the queue: a handler that kills its worker must not
+be replayed forever just because other work keeps the queue from emptying. So a turn is
+given up once it made no progress through AGENTSTATE_MAX_RECOVERIES + 1 sweeps; set
+AGENTSTATE_STUCK_AFTER above the longest time a message may wait in the queue. (The turn
+engine counts a phase the broker delivers again after losing its worker the same way.)
 """
 
 from __future__ import annotations
@@ -84,10 +88,9 @@ class RecoverySweep:
             return report
         try:
             cutoff = utcnow() - timedelta(seconds=self.settings.stuck_after)
-            counting = not self.services.dispatcher.backlog()
-            self._sessions(cutoff, counting, report)
-            self._inboxes(cutoff, counting, report)
-            self._steps(cutoff, counting, report)
+            self._sessions(cutoff, report)
+            self._inboxes(cutoff, report)
+            self._steps(cutoff, report)
             self._overdue_steps(report)
         finally:
             self._release_sweep_lock(lock)
@@ -104,12 +107,12 @@ class RecoverySweep:
             report.errors += 1
             logger.warning("recovery sweep: %s %s skipped: %s", what, item, exc)
 
-    def _sessions(self, cutoff: datetime, counting: bool, report: SweepReport) -> None:
+    def _sessions(self, cutoff: datetime, report: SweepReport) -> None:
         for session_id in stuck_sessions(self.services.sessions.engine, cutoff, BATCH):
-            act = partial(self._session, session_id, counting, report)
+            act = partial(self._session, session_id, report)
             self._each(report, "session", session_id, act)
 
-    def _session(self, session_id: str, counting: bool, report: SweepReport) -> None:
+    def _session(self, session_id: str, report: SweepReport) -> None:
         snap = self.services.sessions.load_from_database(session_id)
         if snap is None or snap.phase in RESTING_PHASES:
             return
@@ -123,10 +126,10 @@ class RecoverySweep:
             return
         if snap.phase == Phase.EXECUTING and self.services.waiting_on_workflow(snap):
             return  # the workflow's steps are recovered on their own
-        self._recover_session(snap, counting, report)
+        self._recover_session(snap, report)
 
-    def _recover_session(self, snap: Snapshot, counting: bool, report: SweepReport) -> None:
-        count = note_session_recovery(self.services.sessions.engine, snap, count=counting)
+    def _recover_session(self, snap: Snapshot, report: SweepReport) -> None:
+        count = note_session_recovery(self.services.sessions.engine, snap)
         if count is None:
             return  # it moved on meanwhile
         if count > self.settings.max_recoveries:
@@ -139,19 +142,19 @@ class RecoverySweep:
             self.turns.resume(moved)
             report.sessions_resumed += 1
 
-    def _inboxes(self, cutoff: datetime, counting: bool, report: SweepReport) -> None:
+    def _inboxes(self, cutoff: datetime, report: SweepReport) -> None:
         for session_id in sessions_waiting_in_inbox(self.services.sessions.engine, cutoff, BATCH):
-            act = partial(self._inbox, session_id, counting, report)
+            act = partial(self._inbox, session_id, report)
             self._each(report, "inbox of", session_id, act)
 
-    def _inbox(self, session_id: str, counting: bool, report: SweepReport) -> None:
+    def _inbox(self, session_id: str, report: SweepReport) -> None:
         snap = self.services.sessions.load_from_database(session_id)
         if snap is None or snap.phase not in RESTING_PHASES:
             return  # mid-turn: the turn picks the message up when it ends
         if self.services.sync.current_holder(session_id) is not None:
             report.skipped_busy += 1
             return
-        count = note_session_recovery(self.services.sessions.engine, snap, count=counting)
+        count = note_session_recovery(self.services.sessions.engine, snap)
         if count is not None and count > self.settings.max_recoveries:
             self.turns.reject_next_message(snap, f"gave up after {count - 1} attempts")
             report.sessions_poisoned += 1
@@ -159,10 +162,10 @@ class RecoverySweep:
         self.services.dispatcher.phase(Phase.UNDERSTANDING, session_id, None)
         report.turns_started += 1
 
-    def _steps(self, cutoff: datetime, counting: bool, report: SweepReport) -> None:
+    def _steps(self, cutoff: datetime, report: SweepReport) -> None:
         engine = self.workflows.store.engine
         for workflow_id, step_id, revision, status in stuck_steps(engine, cutoff, BATCH):
-            lost = status == WorkflowStepStatus.RUNNING and counting
+            lost = status == WorkflowStepStatus.RUNNING
             act = partial(self._step, workflow_id, step_id, revision, lost, report)
             self._each(report, "step", f"{workflow_id}/{step_id}", act)
 

@@ -98,15 +98,17 @@ class Inbox:
             row.message_id, row.session_id, row.seq, row.text, state, as_utc(row.created_at)
         )
 
-    def resting(self, session_id: str) -> tuple[str, int] | None:
+    def resting(self, session_id: str, user_id: str | None = None) -> tuple[str, int] | None:
         """The session's phase and how many messages wait, read together in one statement
-        (read apart, a turn starting in between would look like an idle session)."""
+        (read apart, a turn starting in between would look like an idle session); None
+        if the session is unknown, or is not ``user_id``'s when that is given."""
+        query = select(sessions.c.phase, _queued_count(session_id).scalar_subquery()).where(
+            sessions.c.session_id == session_id
+        )
+        if user_id is not None:
+            query = query.where(sessions.c.user_id == user_id)
         with read_connection(self.engine) as conn:
-            row = conn.execute(
-                select(sessions.c.phase, _queued_count(session_id).scalar_subquery()).where(
-                    sessions.c.session_id == session_id
-                )
-            ).first()
+            row = conn.execute(query).first()
         return None if row is None else (str(row[0]), int(row[1]))
 
     def queued_count(self, session_id: str) -> int:

@@ -36,6 +36,8 @@ class Snapshot:
     last_task_id: str | None = None
     deadline_at: float | None = None
     stored: bool = True  # False: not in the database yet (its first commit inserts it)
+    # Recoveries of this revision so far (read from the database; a cached copy says 0).
+    recoveries: int = 0
 
     def to_cache(self) -> Document:
         """The cache payload (everything but the revision, which the entry carries)."""

@@ -20,7 +20,13 @@ from sqlalchemy import Connection, Engine, select, update
 from state.documents import codec
 from state.documents.codec import Document
 from state.documents.quarantine import quarantine
-from state.errors import CorruptStateError, FutureVersionError, MigrationError, StaleStateError
+from state.errors import (
+    BadInputError,
+    CorruptStateError,
+    FutureVersionError,
+    MigrationError,
+    StaleStateError,
+)
 from state.machine import Phase
 from state.migrate import StateMigrator
 from state.session import SessionState, SessionStatus, make_message
@@ -121,6 +127,7 @@ class SessionStore:
             message_count=int(row.message_count),
             last_task_id=row.last_task_id,
             deadline_at=row.deadline_at,
+            recoveries=int(row.recoveries),
         )
         try:
             doc = codec.decode_document(row.doc)
@@ -202,11 +209,21 @@ class SessionStore:
             for mid in started
         ]
 
-    def history(self, session_id: str, *, last: int | None = None) -> list[Document]:
-        """The message history in order (only the ``last`` n items if given)."""
+    def history(
+        self, session_id: str, *, last: int | None = None, before_seq: int | None = None
+    ) -> list[Document]:
+        """The message history in order, each item with its ``seq`` (only the ``last`` n
+        items, and only those before ``before_seq``, if given). A page is one range read
+        of the (session_id, seq) unique index, so it costs its size, not the history's."""
         query = select(
-            messages.c.role, messages.c.content, messages.c.timestamp, messages.c["metadata"]
+            messages.c.role,
+            messages.c.content,
+            messages.c.timestamp,
+            messages.c["metadata"],
+            messages.c.seq,
         ).where(messages.c.session_id == session_id)
+        if before_seq is not None:
+            query = query.where(messages.c.seq < before_seq)
         if last is not None:
             query = query.order_by(messages.c.seq.desc()).limit(last)
         else:
@@ -214,17 +231,34 @@ class SessionStore:
         with read_connection(self.engine) as conn:
             rows = conn.execute(query).all()
         items = [
-            {"role": r[0], "content": r[1], "timestamp": r[2], "metadata": codec.loads(r[3])}
+            {
+                "role": r[0],
+                "content": r[1],
+                "timestamp": r[2],
+                "metadata": codec.loads(r[3]),
+                "seq": int(r[4]),
+            }
             for r in rows
         ]
         return items[::-1] if last is not None else items
 
-    def document(self, session_id: str) -> Document | None:
-        """The full state document with its history, JSON-ready."""
+    def document(
+        self,
+        session_id: str,
+        *,
+        user_id: str | None = None,
+        history_limit: int | None = None,
+        before_seq: int | None = None,
+    ) -> Document | None:
+        """The state document with its history (or a page of it, see :meth:`history`),
+        JSON-ready; None if unknown, or if ``user_id`` is given and not the session's."""
+        _check_page_argument("history_limit", history_limit)
+        _check_page_argument("before_seq", before_seq)
         snapshot = self.load_from_database(session_id)
-        if snapshot is None:
+        if snapshot is None or (user_id is not None and snapshot.user_id != user_id):
             return None
-        return full_document(snapshot, self.history(session_id))
+        page = self.history(session_id, last=history_limit, before_seq=before_seq)
+        return full_document(snapshot, page)
 
     # -- writing ---------------------------------------------------------------
 
@@ -283,6 +317,11 @@ class SessionStore:
             if before_commit is not None and not before_commit():
                 raise lock_lost(snapshot)
         return queued
+
+
+def _check_page_argument(name: str, value: object) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise BadInputError(f"{name} must be a whole number, 0 or more; got {value!r:.40}")
 
 
 class _WriteNeeded(Exception):

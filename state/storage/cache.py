@@ -32,6 +32,10 @@ class StateCache:
         """``(revision, document)`` for ``key``, or None on a miss or a Redis failure."""
         try:
             rev, raw = self.redis.hmget(key, ["rev", "doc"])
+        except redis.ResponseError as exc:
+            logger.warning("cache entry %s is unreadable (%s); dropping it", key, exc)
+            self.evict(key)  # not a hash: make room for a good copy
+            return None
         except redis.RedisError as exc:
             logger.warning("cache read of %s failed, using the database: %s", key, exc)
             return None

@@ -72,11 +72,16 @@ def forget_clients() -> None:
 # KEYS[1] lock; ARGV token, ttl_ms. Returns 1 if this token now holds the lock.
 ACQUIRE = "return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0"
 
+# Every script that reads a cache entry treats an unreadable one (a revision that is not
+# a plain integer, a key that is not a hash) as a miss, and a write replaces it: a bad
+# entry must never fail a script, least of all one that also releases a lock.
+
 # KEYS[1] lock, KEYS[2] cache hash; ARGV token, ttl_ms.
 # Returns {1, rev, payload} (rev/payload false on a cache miss) or {0}.
 ACQUIRE_AND_READ = """
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {0} end
-local entry = redis.call('HMGET', KEYS[2], 'rev', 'doc')
+local entry = redis.pcall('HMGET', KEYS[2], 'rev', 'doc')
+if entry.err then return {1, false, false} end
 return {1, entry[1], entry[2]}
 """
 
@@ -94,23 +99,34 @@ end
 return 0
 """
 
-# KEYS[1] cache hash; ARGV rev, payload, ttl_s. Never lets an older revision win.
-CACHE_PUT = """
-local current = redis.call('HGET', KEYS[1], 'rev')
-if current and tonumber(current) > tonumber(ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[1], 'rev', ARGV[1], 'doc', ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-return 1
+# Writes (rev, payload) to the hash KEYS[1] unless it holds a newer readable revision.
+_CACHE_WRITE = """
+local function cache_write(key, rev, payload, ttl_s)
+  local current = redis.pcall('HGET', key, 'rev')
+  if type(current) == 'table' then
+    redis.call('DEL', key)
+  elseif type(current) == 'string' and #current <= 15 and string.match(current, '^%d+$')
+      and tonumber(current) > tonumber(rev) then
+    return 0
+  end
+  redis.call('HSET', key, 'rev', rev, 'doc', payload)
+  redis.call('EXPIRE', key, ttl_s)
+  return 1
+end
 """
 
+# KEYS[1] cache hash; ARGV rev, payload, ttl_s. Never lets an older revision win.
+CACHE_PUT = _CACHE_WRITE + "return cache_write(KEYS[1], ARGV[1], ARGV[2], ARGV[3])"
+
 # KEYS[1] cache hash, KEYS[2] lock; ARGV rev, payload, ttl_s, token.
-# Write-through after a commit and release, in one round trip.
-CACHE_PUT_AND_RELEASE = """
-local current = redis.call('HGET', KEYS[1], 'rev')
-if not (current and tonumber(current) > tonumber(ARGV[1])) then
-  redis.call('HSET', KEYS[1], 'rev', ARGV[1], 'doc', ARGV[2])
-  redis.call('EXPIRE', KEYS[1], ARGV[3])
-end
-if redis.call('GET', KEYS[2]) == ARGV[4] then return redis.call('DEL', KEYS[2]) end
-return 0
+# Write-through after a commit and release, in one round trip. The release comes first
+# and the write cannot fail the script: the lock is freed whatever the cache holds.
+CACHE_PUT_AND_RELEASE = (
+    _CACHE_WRITE
+    + """
+local released = 0
+if redis.call('GET', KEYS[2]) == ARGV[4] then released = redis.call('DEL', KEYS[2]) end
+pcall(cache_write, KEYS[1], ARGV[1], ARGV[2], ARGV[3])
+return released
 """
+)

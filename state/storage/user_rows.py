@@ -11,7 +11,12 @@ from state.clock import utcnow
 from state.documents import codec
 from state.documents.codec import Document
 from state.documents.quarantine import quarantine
-from state.errors import CorruptStateError, FutureVersionError, MigrationError
+from state.errors import (
+    CorruptStateError,
+    FutureVersionError,
+    MigrationError,
+    UserStateTooLargeError,
+)
 from state.migrate import StateMigrator, stamp
 from state.storage.db import dialect_insert
 from state.storage.tables import user_state
@@ -82,10 +87,22 @@ def guarded_write(conn: Connection, user_id: str, doc: Document, expected_revisi
     return result.rowcount == 1
 
 
+def require_size(doc: Document, max_bytes: int) -> None:
+    """Refuse a user state larger than ``max_bytes`` (AGENTSTATE_MAX_USER_STATE_BYTES)."""
+    size = codec.json_size(doc, "user state")
+    if size > max_bytes:
+        raise UserStateTooLargeError(
+            codec.too_large("user state", size, max_bytes, "AGENTSTATE_MAX_USER_STATE_BYTES")
+        )
+
+
 def mutate(
-    conn: Connection, user_id: str, change: Callable[[Document], Document]
+    conn: Connection, user_id: str, change: Callable[[Document], Document], *, max_bytes: int
 ) -> tuple[Document, int]:
-    """Apply ``change`` to the user's state inside ``conn``'s transaction (row locked)."""
+    """Apply ``change`` to the user's state inside ``conn``'s transaction (row locked).
+
+    A new state larger than ``max_bytes`` raises UserStateTooLargeError and writes nothing.
+    """
     row = read_row(conn, user_id, for_update=True)
     current: Document = {}
     if row is not None:
@@ -95,6 +112,7 @@ def mutate(
             quarantine_row(conn, user_id, row[0], str(exc))
             row = None
     new_doc = stamp(codec.require_object(change(dict(current)), "user state"))
+    require_size(new_doc, max_bytes)
     if row is None:
         return new_doc, upsert(conn, user_id, new_doc)
     if not guarded_write(conn, user_id, new_doc, row[1]):

@@ -1,18 +1,30 @@
-"""The durable execution timeout: a deadline stored with the session, watched by an
-alarm while its handler runs and by the recovery sweep if its worker dies."""
+"""Time limits of handlers. The execution timeout is durable: a deadline stored with the
+session, watched by an alarm while its handler runs and by the recovery sweep if its worker
+dies. The phase time limit (AGENTSTATE_PHASE_TIME_LIMIT) of the other handlers is watched
+in their worker's process, by a watchdog thread that ends the turn if the handler does not
+return in time."""
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from state.dispatch import Dispatcher
 from state.machine import Phase
 from state.sessions.snapshot import Snapshot
 from state.ticker import Ticker
 
+logger = logging.getLogger(__name__)
+
 _alarms = Ticker("deadline-alarms")
+# Its own thread: a ring commits to the database, and must not delay lock renewals.
+_watchdog = Ticker("phase-time-limits")
+_WATCH_PERIOD_S = 1.0
 
 
 def deadline_passed(snap: Snapshot) -> bool:
@@ -55,3 +67,66 @@ def ring_at(session_id: str, deadline: float, dispatcher: Dispatcher) -> str:
 
     _alarms.register(key, max(0.0, deadline - time.time()), ring)
     return key
+
+
+@dataclass
+class _Watched:
+    due: float
+    period_s: float
+    ring: Callable[[], bool]
+
+
+class _Watchdog:
+    """One long-lived ticker entry per process that looks at the running handlers, so that
+    starting and finishing a handler cost a dict update, not a wake-up of a thread."""
+
+    def __init__(self) -> None:
+        self.running: dict[str, _Watched] = {}
+        self.guard = threading.Lock()
+        self.pid = 0
+
+    def watch(self, key: str, limit_s: float, ring: Callable[[], bool]) -> None:
+        with self.guard:
+            if self.pid != os.getpid():
+                self.pid = os.getpid()
+                self.running.clear()
+                period = min(_WATCH_PERIOD_S, limit_s / 4)
+                _watchdog.register("phase-time-limits", period, self.look)
+            self.running[key] = _Watched(time.monotonic() + limit_s, limit_s, ring)
+
+    def forget(self, key: str) -> None:
+        with self.guard:
+            self.running.pop(key, None)
+
+    def look(self) -> bool:
+        now = time.monotonic()
+        with self.guard:
+            due = [(key, w) for key, w in self.running.items() if w.due <= now]
+        for key, watched in due:
+            try:
+                again = watched.ring()
+            except Exception:
+                logger.exception("ending the overrun run %s failed; trying again later", key)
+                again = True
+            with self.guard:
+                if self.running.get(key) is watched:
+                    if again:
+                        watched.due = time.monotonic() + watched.period_s
+                    else:
+                        del self.running[key]
+        return True
+
+
+_running = _Watchdog()
+
+
+@contextmanager
+def time_limit(key: str, limit_s: float, ring: Callable[[], bool]) -> Iterator[None]:
+    """While the block runs, call ``ring`` (from this process's watchdog thread) once it
+    has run longer than ``limit_s``, and every ``limit_s`` after that while ``ring``
+    returns True (it failed and should be tried again). ``key`` names this one run."""
+    _running.watch(key, limit_s, ring)
+    try:
+        yield
+    finally:
+        _running.forget(key)

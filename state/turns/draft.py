@@ -22,6 +22,8 @@ class Delivery:
     ``revision`` is the session revision the message expects (None: a kick that starts
     a turn if the session rests). A retried or redelivered task sets ``use_cache`` to
     False: its own commit may have landed unseen, and only the database can tell.
+    ``redelivered``: the broker delivers it again because its worker was lost, so it
+    counts as a recovery of that revision (AGENTSTATE_MAX_RECOVERIES).
     """
 
     phase: Phase
@@ -29,6 +31,7 @@ class Delivery:
     revision: int | None
     task_id: str | None = None
     use_cache: bool = True
+    redelivered: bool = False
 
 
 @dataclass
@@ -84,6 +87,14 @@ class Draft:
             list(self.messages),
             dict(self.inbox),
         )
+
+    def at_checkpoint(self) -> Draft:
+        """A new draft holding what this one held at its checkpoint (so that another
+        thread can end the turn while this draft's handler is still running)."""
+        twin = Draft(self.snap, None)
+        twin._base = self._base
+        twin.rollback()
+        return twin
 
     def rollback(self) -> None:
         """Forget the handler's changes (they must not leak into an error commit)."""

@@ -14,6 +14,8 @@ The rules of a turn are in ``state.turns.rules``; the durable timeout in
 from __future__ import annotations
 
 import logging
+import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -21,17 +23,19 @@ from state.agent import Agent, PhaseContext
 from state.documents.codec import Document
 from state.errors import (
     LockLostError,
+    PhaseTimeLimitError,
     StaleStateError,
     StateLockAcquisitionError,
     UnstorableResultError,
 )
 from state.lock import LockHandle
 from state.machine import RESTING_PHASES, Phase, Trigger
+from state.recovery.queries import note_redelivery
 from state.sessions.snapshot import CommitResult, Snapshot
 from state.storage import keys
 from state.storage.cache import CachedEntry
 from state.turns import rules
-from state.turns.deadlines import alarm, deadline_passed, ring_at
+from state.turns.deadlines import alarm, deadline_passed, ring_at, time_limit
 from state.turns.draft import Delivery, Draft, Followups, PhaseOutcome
 from state.turns.interventions import TurnInterventions
 from state.turns.services import TurnServices
@@ -52,6 +56,7 @@ class _Held:
     entry: CachedEntry | None
     outcome: PhaseOutcome
     followups: Followups = field(default_factory=Followups)
+    give_up: str | None = None  # why the turn ends now instead of running its handler
 
 
 class TurnEngine:
@@ -65,6 +70,11 @@ class TurnEngine:
     def run_phase(self, delivery: Delivery) -> PhaseOutcome:
         """Run the delivered phase (and, under the inline policy, the quick ones after it)."""
         sync = self.services.sync
+        if delivery.redelivered:
+            # Counted before waiting for the lock (its lost worker's lock may outlive it),
+            # so the retry that follows a long wait finds the count in the row.
+            session_id, phase, revision = delivery.session_id, delivery.phase, delivery.revision
+            note_redelivery(self.services.sessions.engine, session_id, phase, revision)
         try:
             handle, entry = sync.acquire(
                 delivery.session_id, read_cache=True, timeout_s=self._lock_wait_s(delivery.phase)
@@ -106,9 +116,10 @@ class TurnEngine:
                 held.outcome.status = "duplicate"
                 held.outcome.revision = snap.revision
                 return None
-            if not self.agent.is_quick(delivery.phase):
+            if not self.agent.is_quick(delivery.phase) or self._limit_outlasts_lease():
                 self.services.sync.keep_renewed(held.handle)
             held.outcome.revision = snap.revision
+            held.give_up = self._given_up(snap)
             try:
                 return self._run_phases(delivery.phase, snap, delivery.task_id, held)
             except LockLostError:
@@ -123,8 +134,10 @@ class TurnEngine:
     def _run_phases(
         self, phase: Phase | None, snap: Snapshot, task_id: str | None, held: _Held
     ) -> Snapshot:
+        give_up = held.give_up
         while phase is not None:
-            draft = self._draft(phase, snap, task_id)
+            draft = self._draft(phase, snap, task_id, give_up)
+            give_up = None
             if draft is None:
                 break
             result = self._commit(snap, draft, held.handle)
@@ -149,6 +162,21 @@ class TurnEngine:
             )
             rules.fail_turn(draft, Trigger.ERROR_OCCURRED, rules.ERROR_REPLY, str(exc))
             return sessions.commit(snap, draft.change(), still_held)
+
+    def _given_up(self, snap: Snapshot) -> str | None:
+        """Why the turn must end without its handler: its revision was recovered (its
+        worker lost, by the broker or the sweep) more than AGENTSTATE_MAX_RECOVERIES times,
+        so the handler is likely what kills its workers. (Only a snapshot read from the
+        database knows the count; a cached one says 0, and the sweep has its own check.)"""
+        if snap.recoveries <= self.services.settings.max_recoveries:
+            return None
+        return f"gave up after {snap.recoveries - 1} recoveries in phase {snap.phase}"
+
+    def _limit_outlasts_lease(self) -> bool:
+        # A quick handler's lock is not renewed: fine while its time limit ends before
+        # the lock could expire unseen, else renew it like any other.
+        settings = self.services.settings
+        return settings.phase_time_limit >= settings.lock_timeout / 2
 
     def _lock_wait_s(self, phase: Phase) -> float:
         # A kick only needs to know the session is busy; a phase waits a while for a
@@ -182,7 +210,9 @@ class TurnEngine:
 
     # -- building a phase's change ---------------------------------------------
 
-    def _draft(self, phase: Phase, snap: Snapshot, task_id: str | None) -> Draft | None:
+    def _draft(
+        self, phase: Phase, snap: Snapshot, task_id: str | None, give_up: str | None = None
+    ) -> Draft | None:
         draft = Draft(snap, task_id)
         if phase == Phase.UNDERSTANDING:
             item = self.services.inbox.next_queued(snap.session_id)
@@ -192,39 +222,82 @@ class TurnEngine:
         elif phase == Phase.EXECUTING and self.services.waiting_on_workflow(snap):
             return None
         draft.checkpoint()
-        if deadline_passed(draft.snap):
+        if give_up is not None:
+            rules.fail_turn(draft, Trigger.ERROR_OCCURRED, rules.ERROR_REPLY, give_up)
+        elif deadline_passed(draft.snap):
             rules.fail_turn(
                 draft, Trigger.TIMEOUT, rules.TIMEOUT_REPLY, "execution deadline passed"
             )
-            return draft
+        else:
+            self._handle(phase, draft)
+        return draft
+
+    def _handle(self, phase: Phase, draft: Draft) -> None:
+        """Run the handler into ``draft``; a failure or a late result ends the turn."""
         try:
             self._run_handler(phase, draft)
         except StaleStateError:
             raise
+        except PhaseTimeLimitError as exc:
+            rules.fail_turn(draft, Trigger.TIMEOUT, rules.TIMEOUT_REPLY, str(exc))
+            return
         except Exception as exc:
             # The handler (or what it returned) failed: the agent's fault, not ours.
-            logger.warning("session %s: %s handler failed: %r", snap.session_id, phase, exc)
+            session_id = draft.snap.session_id
+            logger.warning("session %s: %s handler failed: %r", session_id, phase, exc)
             detail = f"{type(exc).__name__}: {exc}"
             rules.fail_turn(draft, Trigger.ERROR_OCCURRED, rules.ERROR_REPLY, detail)
-            return draft
+            return
         if deadline_passed(draft.snap):
             # The handler overran: its result arrives too late to count.
             rules.fail_turn(
                 draft, Trigger.TIMEOUT, rules.TIMEOUT_REPLY, "execution deadline passed"
             )
-        return draft
 
     def _run_handler(self, phase: Phase, draft: Draft) -> None:
-        with alarm(draft.snap, self.services.dispatcher):
-            result = self.agent.run(phase, self._context(phase, draft))
+        context = self._context(phase, draft)
+        with alarm(draft.snap, self.services.dispatcher), self._time_limit(phase, draft):
+            started = time.monotonic()
+            result = self.agent.run(phase, context)
+        if phase != Phase.EXECUTING and time.monotonic() - started > self._limit_s:
+            # Late: its result is refused, and its turn ends with an apology, once (if
+            # the watchdog has ended it already, this commit finds the revision moved).
+            raise PhaseTimeLimitError(self._overrun_cause(phase))
         rules.apply_result(
             phase,
             draft,
             result,
-            execution_timeout_s=self.services.settings.execution_timeout,
+            settings=self.services.settings,
             known_actions=self.services.known_actions,
         )
         draft.check_storable()
+
+    @property
+    def _limit_s(self) -> float:
+        return self.services.settings.phase_time_limit
+
+    def _overrun_cause(self, phase: Phase) -> str:
+        return f"the {phase} handler ran past AGENTSTATE_PHASE_TIME_LIMIT ({self._limit_s:g}s)"
+
+    def _time_limit(self, phase: Phase, draft: Draft) -> AbstractContextManager[None]:
+        """Watch a handler (executing's has its durable deadline instead): if it has not
+        returned by the limit, its worker's watchdog ends the turn. That commit needs no
+        lock and is fenced by the revision, so the turn ends once, whoever is first: the
+        watchdog, or the handler's own late commit. Meanwhile the live worker holds the
+        lock, so the sweep does not hand the stuck phase to another worker to run again."""
+        if phase == Phase.EXECUTING:
+            return nullcontext()
+        snap, cause = draft.snap, self._overrun_cause(phase)
+
+        def ring() -> bool:
+            try:
+                self.interventions.end_overrun(draft.at_checkpoint(), cause)
+            except StaleStateError:
+                return False  # the turn moved on (the handler returned after all)
+            logger.warning("session %s: %s; its turn was ended", snap.session_id, cause)
+            return False
+
+        return time_limit(f"{snap.session_id}@{snap.revision}:{phase}", self._limit_s, ring)
 
     def _context(self, phase: Phase, draft: Draft) -> PhaseContext:
         snap = draft.snap

@@ -66,6 +66,12 @@ class TurnInterventions:
             return True
         raise StaleStateError(f"session {session_id}: the turn kept moving; cancel again")
 
+    def end_overrun(self, draft: Draft, cause: str) -> PhaseOutcome:
+        """End the turn of ``draft`` (at its checkpoint, before its handler's changes) with
+        the timeout apology, while its handler is still running past its time limit."""
+        rules.fail_turn(draft, Trigger.TIMEOUT, rules.TIMEOUT_REPLY, cause)
+        return self._force_commit(draft.snap, draft, "timeout")
+
     def reject_next_message(self, snap: Snapshot, cause: str) -> PhaseOutcome:
         """Answer the next queued message with an apology without running its turn."""
         item = self.services.inbox.next_queued(snap.session_id)

@@ -10,16 +10,17 @@ from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
+from config import Settings
 from state.agent import PhaseResult
 from state.clock import utcnow
 from state.documents.codec import Document, require_object
-from state.errors import InvalidTransitionError, UnstorableResultError
+from state.errors import InvalidTransitionError, UnstorableResultError, UserStateTooLargeError
 from state.machine import Phase, Trigger
 from state.session import make_message
 from state.sessions.snapshot import InboxItem, InboxState
 from state.storage import user_rows
 from state.turns.draft import Draft
-from state.workflow import parse_spec
+from state.workflow import SpecLimits, parse_spec
 from state.workflows.control import cancel_in
 from state.workflows.store import insert_workflow
 
@@ -54,10 +55,11 @@ def apply_result(
     draft: Draft,
     result: PhaseResult,
     *,
-    execution_timeout_s: float,
+    settings: Settings,
     known_actions: Callable[[], Iterable[str]],
 ) -> None:
-    """Fold a handler's result into the draft and fire its trigger."""
+    """Fold a handler's result into the draft and fire its trigger (``settings`` gives
+    the execution timeout and the limits on what a result may store)."""
     draft.context.update(result.context)
     draft.metadata.update(result.metadata)
     for key in _TURN_LISTS:
@@ -65,14 +67,15 @@ def apply_result(
         if value is not None:
             draft.doc[key] = value
     if result.user_state is not None:
-        _change_user_state(draft, result.user_state)
+        _change_user_state(draft, result.user_state, settings.max_user_state_bytes)
     if result.trigger is None:
-        _wait_for_workflow(phase, draft, result.workflow, known_actions)
+        limits = SpecLimits.from_settings(settings)
+        _wait_for_workflow(phase, draft, result.workflow, known_actions, limits)
         return
     if result.trigger == Trigger.RETRY_NEEDED:
         _count_attempt(draft)
     draft.fire(result.trigger)
-    _on_enter(draft, result.reply, execution_timeout_s)
+    _on_enter(draft, result.reply, settings.execution_timeout)
 
 
 def _on_enter(draft: Draft, reply: str | None, execution_timeout_s: float) -> None:
@@ -96,13 +99,17 @@ def _count_attempt(draft: Draft) -> None:
 
 
 def _wait_for_workflow(
-    phase: Phase, draft: Draft, spec: Document | None, known_actions: Callable[[], Iterable[str]]
+    phase: Phase,
+    draft: Draft,
+    spec: Document | None,
+    known_actions: Callable[[], Iterable[str]],
+    limits: SpecLimits,
 ) -> None:
     if phase != Phase.EXECUTING or spec is None:
         raise InvalidTransitionError(
             f"{phase} returned no trigger; only executing may wait, and only for a workflow"
         )
-    wf = parse_spec({**spec, "session_id": draft.snap.session_id}, known_actions())
+    wf = parse_spec({**spec, "session_id": draft.snap.session_id}, known_actions(), limits=limits)
     resume_revision = draft.snap.revision + 1
 
     def create(conn: Any) -> None:
@@ -118,7 +125,9 @@ def _wait_for_workflow(
     draft.metadata["workflows"] = kept
 
 
-def _change_user_state(draft: Draft, change: Callable[[Document], Document]) -> None:
+def _change_user_state(
+    draft: Draft, change: Callable[[Document], Document], max_bytes: int
+) -> None:
     user_id = draft.snap.user_id
 
     def checked_change(state: Document) -> Document:
@@ -130,7 +139,10 @@ def _change_user_state(draft: Draft, change: Callable[[Document], Document]) -> 
             raise UnstorableResultError(f"the user-state change raised {exc!r}") from exc
 
     def write(conn: Any) -> None:
-        doc, revision = user_rows.mutate(conn, user_id, checked_change)
+        try:
+            doc, revision = user_rows.mutate(conn, user_id, checked_change, max_bytes=max_bytes)
+        except UserStateTooLargeError as exc:
+            raise UnstorableResultError(str(exc)) from exc
         draft.user_writes.append((user_id, revision, doc))
 
     draft.ops.append(write)

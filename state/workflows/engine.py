@@ -19,11 +19,12 @@ from state.documents.codec import Document
 from state.errors import (
     InvalidPayloadError,
     StaleStateError,
+    StepOutputTooLargeError,
     WorkflowIdConflictError,
 )
 from state.machine import Phase
 from state.ticker import Ticker
-from state.workflow import WorkflowState, parse_spec
+from state.workflow import SpecLimits, WorkflowState, parse_spec
 from state.workflows.records import ClaimedStep, Completion, Leftover
 from state.workflows.store import WorkflowStore
 
@@ -70,7 +71,7 @@ class WorkflowEngine:
 
     def validate(self, spec: object, known_actions: Iterable[str]) -> WorkflowState:
         """The workflow a spec describes, fully checked; nothing is stored."""
-        return parse_spec(spec, known_actions)
+        return parse_spec(spec, known_actions, limits=SpecLimits.from_settings(self.settings))
 
     def start(self, wf: WorkflowState) -> str:
         """Store a validated workflow and dispatch its roots.
@@ -125,7 +126,9 @@ class WorkflowEngine:
                 self._finish_leftover(workflow_id, step_id, left)
                 return "resumed"
             claimed = left.claimed
-        claimed = replace(claimed, task_id=task_id)
+        return self._run_claimed(replace(claimed, task_id=task_id), lease_s)
+
+    def _run_claimed(self, claimed: ClaimedStep, lease_s: float) -> str:
         fn = self.actions(claimed.action)
         if fn is None:
             error = f"unknown action {claimed.action!r} (is AGENTSTATE_ACTION_MODULES set?)"
@@ -135,7 +138,7 @@ class WorkflowEngine:
         except StaleStateError:
             raise
         except Exception as exc:
-            logger.info("step %s/%s raised %r", workflow_id, step_id, exc)
+            logger.info("step %s/%s raised %r", claimed.workflow_id, claimed.step_id, exc)
             return self._fail(claimed, f"{type(exc).__name__}: {exc}", retry=retryable(exc))
         self.follow(self.store.succeed(claimed, outputs))
         return "success"
@@ -177,7 +180,13 @@ class WorkflowEngine:
                 f"action {claimed.action!r} returned {type(outputs).__name__}, not a JSON object"
             )
         # Unstorable outputs fail the step here, not in the commit.
-        codec.require_storable(outputs, f"the outputs of action {claimed.action!r}")
+        what = f"the outputs of action {claimed.action!r}"
+        size = len(codec.require_storable(outputs, what).encode())
+        limit = self.settings.max_step_io_bytes
+        if size > limit:
+            raise StepOutputTooLargeError(
+                codec.too_large(what, size, limit, "AGENTSTATE_MAX_STEP_IO_BYTES")
+            )
         return outputs
 
     def _overran(self, claimed: ClaimedStep) -> bool:

@@ -6,19 +6,20 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import ColumnElement, Connection, Engine, func, or_, select, true
 
 from state.clock import iso
 from state.documents import codec
 from state.documents.codec import Document
 from state.storage.db import read_connection
-from state.storage.tables import steps, workflows
+from state.storage.tables import sessions, steps, workflows
 from state.workflow import WorkflowStatus, WorkflowStepStatus
 from state.workflows.records import (
     Completion,
     Dispatch,
     Finished,
     Leftover,
+    WorkflowProgress,
     claimed_from_row,
     step_document,
 )
@@ -137,11 +138,40 @@ class WorkflowReads:
             ).scalar()
         return None if found is None else str(found)
 
-    def document(self, workflow_id: str) -> Document | None:
-        """The workflow as a JSON-ready dict (status, counts, steps by id)."""
+    def progress(
+        self, workflow_id: str, *, user_id: str | None = None, step_counts: bool = False
+    ) -> WorkflowProgress | None:
+        """The workflow's status and counts, no inputs or outputs (None if unknown, or not
+        ``user_id``'s to read); with ``step_counts``, how many steps are in each status."""
+        with read_connection(self.engine) as conn:
+            row = conn.execute(
+                select(
+                    workflows.c.status,
+                    workflows.c.total_steps,
+                    workflows.c.remaining_steps,
+                    workflows.c.failed_steps,
+                ).where(workflows.c.workflow_id == workflow_id, visible_to(user_id))
+            ).first()
+            if row is None:
+                return None
+            counts = None
+            if step_counts:
+                by_status = conn.execute(
+                    select(steps.c.status, func.count())
+                    .where(steps.c.workflow_id == workflow_id)
+                    .group_by(steps.c.status)
+                )
+                counts = {str(status): int(n) for status, n in by_status}
+        return WorkflowProgress(
+            workflow_id, str(row[0]), int(row[1]), int(row[2]), int(row[3]), counts
+        )
+
+    def document(self, workflow_id: str, user_id: str | None = None) -> Document | None:
+        """The workflow as a JSON-ready dict (status, counts, steps by id); None if unknown,
+        or not ``user_id``'s to read (see :func:`visible_to`)."""
         with read_connection(self.engine) as conn:
             wf = conn.execute(
-                select(workflows).where(workflows.c.workflow_id == workflow_id)
+                select(workflows).where(workflows.c.workflow_id == workflow_id, visible_to(user_id))
             ).first()
             if wf is None:
                 return None
@@ -158,3 +188,17 @@ class WorkflowReads:
             "finished_at": iso(wf.finished_at),
             "steps": {row.step_id: step_document(row) for row in rows},
         }
+
+
+def visible_to(user_id: str | None) -> ColumnElement[bool]:
+    """The workflows ``user_id`` may read (all of them if None): those of no session, and
+    those of a session of theirs. One naming a session that is not theirs (or not there)
+    reads as an unknown id."""
+    if user_id is None:
+        return true()
+    owner = (
+        select(sessions.c.user_id)
+        .where(sessions.c.session_id == workflows.c.session_id)
+        .scalar_subquery()
+    )
+    return or_(workflows.c.session_id.is_(None), owner == user_id)

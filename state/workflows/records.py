@@ -11,7 +11,7 @@ from typing import Any
 from state.clock import iso
 from state.documents import codec
 from state.documents.codec import Document
-from state.workflow import WorkflowStepStatus
+from state.workflow import WorkflowStatus, WorkflowStepStatus
 
 Dispatch = tuple[str, int]  # (step_id, revision) of a step to run
 
@@ -60,6 +60,28 @@ class Completion:
     workflow_id: str
     ready: list[Dispatch]
     finished: Finished | None
+
+
+@dataclass(frozen=True)
+class WorkflowProgress:
+    """A workflow's status and counts without any payload: what a waiter reads."""
+
+    workflow_id: str
+    status: str
+    total_steps: int
+    remaining_steps: int
+    failed_steps: int
+    step_counts: dict[str, int] | None = None  # steps by status, when asked for
+
+    @property
+    def done(self) -> int:
+        """Steps that reached a terminal status."""
+        return self.total_steps - self.remaining_steps
+
+    @property
+    def finished(self) -> bool:
+        """Whether the workflow will not change again."""
+        return self.status in WorkflowStatus.finished()
 
 
 def claimed_from_row(workflow_id: str, step_id: str, revision: int, row: Any) -> ClaimedStep:

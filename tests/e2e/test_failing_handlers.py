@@ -1,21 +1,32 @@
-"""A handler that raises and a handler that overruns its execution deadline."""
+"""A handler that raises, one that overruns its execution deadline, and handlers that run
+past AGENTSTATE_PHASE_TIME_LIMIT (returning late, or not before the test is over)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from config import Settings
 from tasks.client import AgentClient
+from tests.agents import HANG_S, PONDER_S
 from tests.support import Workers, make_settings, uid
 
 pytestmark = pytest.mark.workers
+PHASE_LIMIT_S = 1.0
 
 
 @pytest.fixture(scope="module")
 def faulty_settings(pg_url: str) -> Settings:
-    return make_settings(pg_url, queue=uid("q"), agent="tests.agents", execution_timeout=1.0)
+    return make_settings(
+        pg_url,
+        queue=uid("q"),
+        agent="tests.agents",
+        execution_timeout=1.0,
+        phase_time_limit=PHASE_LIMIT_S,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +70,49 @@ def test_an_overrunning_handler_times_out_durably(client: AgentClient) -> None:
     client.send_message(session_id, "what is 5*5?", user_id=user)
     doc = client.wait_for_idle(session_id, timeout=30)
     assert [m["content"] for m in doc["message_history"][2:]] == ["what is 5*5?", "5*5 = 25"]
-    import time
-
     time.sleep(2.5)  # the dawdler has woken up and tried to commit by now
     final = client.get_session(session_id)
     assert final is not None and len(final["message_history"]) == 4
+
+
+def _timed_out_in(doc: dict[str, Any], phase: str) -> None:
+    assert doc["phase"] == "idle"
+    history = doc["message_history"]
+    assert [m["role"] for m in history] == ["user", "assistant"]
+    assert history[-1]["metadata"]["kind"] == "apology" and "too long" in history[-1]["content"]
+    error = doc["metadata"]["last_error"]
+    assert error["cause"] == "timeout" and error["phase"] == phase
+    assert "AGENTSTATE_PHASE_TIME_LIMIT" in error["detail"]
+    assert doc["metadata"]["turn"]["path"][-2:] == ["timeout", "idle"]
+
+
+def test_a_handler_past_the_phase_time_limit_ends_its_turn_once(client: AgentClient) -> None:
+    session_id, user = uid("s"), uid("u")
+    client.send_message(session_id, "ponder 2*2", user_id=user)
+    doc = client.wait_for_idle(session_id, timeout=30)
+    _timed_out_in(doc, "planning")
+    time.sleep(PONDER_S)  # the handler has returned by now; its late result must not land
+    later = client.get_session(session_id)
+    assert later is not None and later["revision"] == doc["revision"]
+    client.send_message(session_id, "what is 5*5?", user_id=user)
+    doc = client.wait_for_idle(session_id, timeout=30)
+    assert [m["content"] for m in doc["message_history"][2:]] == ["what is 5*5?", "5*5 = 25"]
+
+
+def test_a_handler_that_does_not_return_is_ended_by_its_workers_alarm(
+    client: AgentClient,
+) -> None:
+    session_id, user = uid("s"), uid("u")
+    started = time.monotonic()
+    client.send_message(session_id, "hang on 3*3", user_id=user)
+    # Well before the handler returns (HANG_S), and without waiting out a lock TTL.
+    doc = client.wait_for_idle(session_id, timeout=HANG_S / 2)
+    assert time.monotonic() - started < HANG_S / 2
+    _timed_out_in(doc, "retrieving")
+    client.send_message(session_id, "what is 6*6?", user_id=user)  # the other worker
+    doc = client.wait_for_idle(session_id, timeout=30)
+    assert [m["content"] for m in doc["message_history"][2:]] == ["what is 6*6?", "6*6 = 36"]
+    time.sleep(max(0.0, started + HANG_S + 1.0 - time.monotonic()))  # the handler returned
+    final = client.get_session(session_id)
+    assert final is not None and len(final["message_history"]) == 4
+    assert final["revision"] == doc["revision"]

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import random
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -15,7 +17,8 @@ import redis
 from config import Settings
 from tasks.client import AgentClient
 from tests.actions_for_tests import effects_key
-from tests.faults.helpers import HOP_POLICIES, assert_answered_exactly_once, wait_all_idle
+from tests.agents import vanish_key
+from tests.faults.helpers import HOP_POLICIES, assert_answered_exactly_once, running, wait_all_idle
 from tests.faults.helpers import fault_settings as make_fault_settings
 from tests.services import Beat
 from tests.support import Workers, uid
@@ -153,3 +156,59 @@ def test_a_workflow_survives_its_worker_being_killed_mid_step(
         assert counts == {f"s{i}": "1" for i in range(12)}
     finally:
         pool.stop()
+
+
+class _Feeder(threading.Thread):
+    """Keeps the broker's queue busy with arithmetic for other sessions, recording what it
+    sent and the largest backlog it saw."""
+
+    def __init__(self, client: AgentClient, sessions: list[str], low_water: int = 20) -> None:
+        super().__init__(daemon=True)
+        self.client, self.sessions, self.low_water = client, sessions, low_water
+        self.sent: dict[str, list[str]] = {s: [] for s in sessions}
+        self.user = uid("u")
+        self.stop = threading.Event()
+        self.busiest = 0
+
+    def run(self) -> None:
+        wave = 0
+        while not self.stop.is_set():
+            backlog = self.client.dispatcher.backlog() or 0
+            self.busiest = max(self.busiest, backlog)
+            if backlog >= self.low_water:
+                time.sleep(0.05)
+                continue
+            for i, session_id in enumerate(self.sessions):
+                text = f"what is {wave + 2}*{i + 3}?"
+                self.client.send_message(session_id, text, user_id=self.user)
+                self.sent[session_id].append(text)
+            wave += 1
+
+
+def test_a_turn_that_kills_its_worker_gets_an_apology_while_the_queue_stays_busy(
+    fault_settings: Settings, tmp_path: Path, record_property: Any
+) -> None:
+    settings = fault_settings.model_copy(update={"max_recoveries": 3})
+    with running(settings, tmp_path) as (client, _pool):
+        feeder = _Feeder(client, [uid("busy") for _ in range(8)])
+        feeder.start()
+        try:
+            session_id, user = uid("s"), uid("u")
+            started = time.monotonic()
+            client.send_message(session_id, "please vanish", user_id=user)
+            doc = client.wait_for_idle(session_id, timeout=120)
+            record_property("poison_seconds", round(time.monotonic() - started, 1))
+        finally:
+            feeder.stop.set()
+            feeder.join()
+        assert feeder.busiest > 0  # the queue was never empty for long: no waiting it out
+        history = doc["message_history"]
+        assert [m["role"] for m in history] == ["user", "assistant"]
+        assert history[-1]["metadata"]["kind"] == "apology"
+        assert "gave up after" in doc["metadata"]["last_error"]["detail"]
+        runs = int(client.backend.redis.get(vanish_key(session_id)) or 0)
+        record_property("poison_runs", runs)
+        record_property("busiest_backlog", feeder.busiest)
+        assert 2 <= runs <= settings.max_recoveries + 1, runs
+        wait_all_idle(client, feeder.sessions, timeout=180)
+        assert assert_answered_exactly_once(client, feeder.sent) > 0

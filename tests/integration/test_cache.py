@@ -7,6 +7,7 @@ import time
 import redis
 
 from config import Settings
+from state.lock import DistributedStateSync
 from state.sessions.snapshot import SessionChange
 from state.sessions.store import SessionStore
 from state.storage import keys
@@ -75,3 +76,47 @@ def test_garbage_in_the_cache_is_a_miss(settings: Settings, redis_client: redis.
     manager.save_user_state(user, {"ok": True})
     redis_client.hset(keys.user_state_cache(user), mapping={"rev": "99", "doc": "{not json"})
     assert manager.load_user_state(user)["ok"] is True
+
+
+GARBAGE = {
+    "a non-numeric revision": lambda r, key: r.hset(key, mapping={"rev": "garbage", "doc": "{}"}),
+    "a key of another type": lambda r, key: r.set(key, "garbage"),
+}
+
+
+def test_a_cache_write_overwrites_an_unreadable_entry(redis_client: redis.Redis) -> None:
+    cache = StateCache(redis_client, ttl_s=60)
+    for plant in GARBAGE.values():
+        key = keys.session_cache(uid("s"))
+        plant(redis_client, key)
+        assert cache.put(key, 3, {"fresh": True})
+        assert cache.get(key) == (3, {"fresh": True})
+
+
+def test_an_unreadable_entry_never_keeps_the_session_lock(
+    pg_settings: Settings, redis_client: redis.Redis
+) -> None:
+    sync = DistributedStateSync(settings=pg_settings)
+    for what, plant in GARBAGE.items():
+        session_id = uid("s")
+        cache_key = keys.session_cache(session_id)
+        plant(redis_client, cache_key)
+        handle, entry = sync.acquire(session_id, read_cache=True)  # a miss, not an error
+        assert entry is None, what
+        snap = sync.store.create(session_id, "u-1")
+        sync.publish_and_release(handle, snap)
+        assert not redis_client.exists(keys.session_lock(session_id)), what
+        assert StateCache(redis_client, 60).get(cache_key) == (snap.revision, snap.to_cache())
+
+
+def test_a_failed_cache_write_still_releases_the_lock(
+    pg_settings: Settings, redis_client: redis.Redis
+) -> None:
+    # Whatever makes the write-and-release script fail, the lock must not outlive it.
+    sync = DistributedStateSync(settings=pg_settings)
+    session_id = uid("s")
+    handle, _ = sync.acquire(session_id)
+    snap = sync.store.create(session_id, "u-1")
+    sync._put_and_release = redis_client.register_script("return redis.error_reply('boom')")
+    sync.publish_and_release(handle, snap)
+    assert not redis_client.exists(keys.session_lock(session_id))

@@ -174,6 +174,7 @@ def test_legacy_session_document_is_migrated_on_load_and_written_back(
         "content": "hi",
         "timestamp": "2024-01-01T00:00:00",
         "metadata": {},
+        "seq": 0,
     }
     with backend.engine.connect() as conn:
         stored = json.loads(
