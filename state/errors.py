@@ -135,3 +135,7 @@ class ActionRegistrationError(AgentStateError):
 class ConfigurationError(BadInputError):
     """An AGENTSTATE_* setting is malformed; the message names the variable and never
     echoes its value (URLs carry passwords)."""
+
+
+class SessionExistsError(BadInputError):
+    """A session with that id already exists (a fork needs a new id)."""

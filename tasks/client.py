@@ -19,10 +19,13 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from config import Settings, get_settings, redact_url
 from state.documents.codec import Document, require_object, require_text
 from state.errors import NotFoundError
+from state.events.feed import EventFeed, whole_number
+from state.events.push import Notifier, Waiter
 from state.ids import validate_id
 from state.machine import RESTING_PHASES, Phase
 from state.sessions.inbox import Inbox
 from state.sessions.store import SessionStore
+from state.storage import keys
 from state.storage.backend import Backend
 from state.store import PersistentStateManager
 from state.workflow import WorkflowStatus
@@ -34,17 +37,16 @@ from tasks.app import app as default_app
 from tasks.app import make_app
 from tasks.control import RunControl, require_key
 from tasks.dispatch import CeleryDispatcher
+from tasks.timeline import Timeline
 
 logger = logging.getLogger(__name__)
 
-_FIRST_POLL_S = 0.01
-_MAX_POLL_S = 0.1
 
-
-class AgentClient(RunControl):
+class AgentClient(RunControl, Timeline):
     """What an app (web handler, script, notebook) uses to talk to agentstate.
 
-    Run control (cancel, retry, listing) comes from ``tasks.control.RunControl``.
+    Run control (cancel, retry, listing) comes from ``tasks.control.RunControl``; events,
+    revisions and forks from ``tasks.timeline.Timeline``.
     """
 
     def __init__(self, settings: Settings | None = None) -> None:
@@ -58,11 +60,14 @@ class AgentClient(RunControl):
         # The module's app was configured from the environment; other settings get theirs.
         celery: Celery = default_app if self.settings == get_settings() else make_app(self.settings)
         self.dispatcher = CeleryDispatcher(celery)
+        self.notifier = Notifier(self.backend.redis, self.settings.events)
+        self.feed = EventFeed(self.backend.engine, self.backend.redis, self.settings.events)
         self.workflows = WorkflowEngine(
             WorkflowStore.for_engine(self.backend.engine),
             self.dispatcher,
             get_action,
             self.settings,
+            self.notifier,
         )
         self.served_actions = ServedActions(self.backend.engine)
 
@@ -83,6 +88,7 @@ class AgentClient(RunControl):
         if idempotency_key is not None:
             require_key(idempotency_key)
         item = self.inbox.accept(session_id, user_id, text, idempotency_key)
+        self.notifier.session(session_id)  # its message_accepted event is in
         if not item.needs_kick:
             return item.message_id  # the running turn takes it from the inbox when it ends
         try:
@@ -93,12 +99,27 @@ class AgentClient(RunControl):
             logger.warning("enqueue failed, the sweep will retry: %s", redact_url(str(exc)))
         return item.message_id
 
-    def get_session(self, session_id: str) -> Document | None:
-        """The session (seed fields, ``phase``, ``_version``, full history) or None."""
+    def get_session(self, session_id: str, revision: int | None = None) -> Document | None:
+        """The session (seed fields, ``phase``, ``_version``, full history) or None.
+
+        With ``revision``, the session as it was when that revision was committed: its
+        document, its history up to then, and ``queued`` as it was then (NotFoundError if
+        the revision is not kept; ``revisions()`` lists those that are).
+        """
         validate_id(session_id, "session")
+        if revision is not None:
+            whole_number(revision, "revision")
+            found = self.feed.owner(session_id)
+            if found is None:
+                return None
+            if found[1] != revision:
+                return self.feed.session_at(self.sessions, session_id, revision)
         doc = self.sessions.document(session_id)
         if doc is not None:
             doc["queued"] = self.inbox.queued_count(session_id)
+        if doc is not None and revision is not None and doc["revision"] != revision:
+            # It moved on while we read: read that revision from the record instead.
+            return self.feed.session_at(self.sessions, session_id, revision)
         return doc
 
     def wait_for_idle(self, session_id: str, timeout: float = 30.0) -> Document:
@@ -115,7 +136,12 @@ class AgentClient(RunControl):
                 return None
             return self.get_session(session_id)
 
-        return _poll(rested, timeout, lambda: f"session {session_id} still in {seen['phase']!r}")
+        return _wait(
+            rested,
+            timeout,
+            lambda: f"session {session_id} still in {seen['phase']!r}",
+            self._waiter(keys.session_events(session_id)),
+        )
 
     # -- workflows -------------------------------------------------------------
 
@@ -152,9 +178,16 @@ class AgentClient(RunControl):
             seen["progress"] = f"{done}/{doc['total_steps']} steps done"
             return doc if doc["status"] in WorkflowStatus.finished() else None
 
-        return _poll(
-            finished, timeout, lambda: f"workflow {workflow_id} unfinished ({seen['progress']})"
+        return _wait(
+            finished,
+            timeout,
+            lambda: f"workflow {workflow_id} unfinished ({seen['progress']})",
+            self._waiter(keys.workflow_events(workflow_id)),
         )
+
+    def _waiter(self, channel: str) -> Waiter:
+        """Wakes on the push to ``channel`` (a slow poll covers a push that never came)."""
+        return Waiter(self.backend.redis, [channel], self.settings.events)
 
     # -- persistent user state -------------------------------------------------
 
@@ -167,21 +200,25 @@ class AgentClient(RunControl):
         return self.users.load_user_state(user_id)
 
 
-def _poll(
-    check: Callable[[], Document | None], timeout: float, describe: Callable[[], str]
+def _wait(
+    check: Callable[[], Document | None],
+    timeout: float,
+    describe: Callable[[], str],
+    waiter: Waiter,
 ) -> Document:
-    """Call ``check`` with a growing pause until it returns something, or time out."""
+    """Call ``check`` whenever ``waiter`` wakes until it returns something, or time out.
+    The waiter subscribes before the first check, so no push after it is missed."""
     deadline = time.monotonic() + timeout
-    delay = _FIRST_POLL_S
-    while True:
-        with _outage_tolerated():
-            found = check()
-            if found is not None:
-                return found
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{describe()} after {timeout:g}s")
-        time.sleep(delay)
-        delay = min(_MAX_POLL_S, delay * 2)
+    with waiter:
+        while True:
+            with _outage_tolerated():
+                found = check()
+                if found is not None:
+                    return found
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"{describe()} after {timeout:g}s")
+            waiter.wait(remaining)
 
 
 @contextmanager

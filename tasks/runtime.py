@@ -47,7 +47,11 @@ def build_runtime(backend: Backend) -> Runtime:
     services = TurnServices.build(backend, dispatcher, known_actions)
     turns = TurnEngine(services, load_agent(backend.settings.agent))
     workflows = WorkflowEngine(
-        WorkflowStore.for_engine(backend.engine), dispatcher, get_action, backend.settings
+        WorkflowStore.for_engine(backend.engine),
+        dispatcher,
+        get_action,
+        backend.settings,
+        services.notifier,
     )
     recovery = RecoverySweep(services, turns.interventions, workflows)
     return Runtime(backend, services, turns, workflows, recovery)

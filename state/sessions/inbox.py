@@ -8,10 +8,11 @@ from sqlalchemy.exc import IntegrityError
 
 from state.clock import as_utc, utcnow
 from state.errors import IdempotencyConflictError, SessionOwnershipError
+from state.events import log
 from state.ids import new_id
 from state.machine import RESTING_PHASES
 from state.sessions.rows import insert_session
-from state.sessions.snapshot import InboxItem, InboxState
+from state.sessions.snapshot import InboxItem, InboxState, NewEvent
 from state.storage.db import read_connection
 from state.storage.tables import inbox, sessions
 
@@ -77,6 +78,8 @@ class Inbox:
                 idempotency_key=key,
             )
         )
+        accepted = NewEvent(log.MESSAGE_ACCEPTED, {"message_id": message_id, "text": text})
+        log.append(conn, session_id, [accepted])
         needs_kick = phase in RESTING_PHASES
         return InboxItem(
             message_id, session_id, int(seq), text, InboxState.QUEUED, now, needs_kick, revision

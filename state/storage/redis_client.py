@@ -72,14 +72,16 @@ redis.call('EXPIRE', KEYS[1], ARGV[3])
 return 1
 """
 
-# KEYS[1] cache hash, KEYS[2] lock; ARGV rev, payload, ttl_s, token.
-# Write-through after a commit and release, in one round trip.
+# KEYS[1] cache hash, KEYS[2] lock; ARGV rev, payload, ttl_s, token, events channel ("":
+# none). Write-through after a commit, the push that wakes the session's event followers,
+# and release, in one round trip.
 CACHE_PUT_AND_RELEASE = """
 local current = redis.call('HGET', KEYS[1], 'rev')
 if not (current and tonumber(current) > tonumber(ARGV[1])) then
   redis.call('HSET', KEYS[1], 'rev', ARGV[1], 'doc', ARGV[2])
   redis.call('EXPIRE', KEYS[1], ARGV[3])
 end
+if ARGV[5] and ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[1]) end
 if redis.call('GET', KEYS[2]) == ARGV[4] then return redis.call('DEL', KEYS[2]) end
 return 0
 """
