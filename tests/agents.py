@@ -4,7 +4,9 @@ Workers load it with AGENTSTATE_AGENT=tests.agents. A message containing "explod
 planning raise; "dawdle" makes executing sleep past a 1 s deadline; "linger" makes it
 take LINGER_S (a window for killing or stopping the worker mid-phase); "unstorable"
 makes executing return a user-state change that raises when the engine commits it;
-"slowflow" makes executing wait for a workflow whose one step sleeps 3 s.
+"slowflow" makes executing wait for a workflow whose one step sleeps 3 s; "narrate" makes
+executing emit two events of its own, and "misnarrate" emits one and then one with a kind
+reserved for agentstate (which fails the phase).
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ def executing(ctx: PhaseContext) -> PhaseResult:
         time.sleep(LINGER_S)
     elif "unstorable" in ctx.message:
         return PhaseResult("tools_complete", user_state=_broken_change)
+    elif "narrate" in ctx.message:
+        ctx.emit("tool.called", {"tool": "calculator", "attempt": ctx.attempt})
+        if "misnarrate" in ctx.message:
+            ctx.emit("reply", {"text": "forged"})
+        ctx.emit("tool.done")
     elif "slowflow" in ctx.message:
         if ctx.workflow is None:
             return PhaseResult(None, workflow=SLOW_WORKFLOW)
