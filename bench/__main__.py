@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import harness, rows
+from bench import eventlog, harness, rows
 from bench.harness import say
 from bench.rows import Row
 from config import HopPolicy
@@ -32,7 +32,7 @@ def main() -> None:
         "--rows",
         default="all",
         help="comma-separated: pools,events,langgraph,latency,history,dag,lock,"
-        "memory (default all)",
+        "memory,push,eventlog,storage (default all)",
     )
     parser.add_argument("--memory-turns", type=int, default=10_000)
     args = parser.parse_args()
@@ -244,6 +244,10 @@ ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
     "dag": dag,
     "lock": lock,
     "memory": memory,
+    # The event log (bench/eventlog.py).
+    "push": eventlog.push,
+    "eventlog": eventlog.throughput,
+    "storage": eventlog.storage,
 }
 
 

@@ -27,21 +27,29 @@ from state.storage.db import dialect_insert
 from state.storage.tables import events, revisions, sessions
 
 CHECKPOINT_EVERY = 32
-_SET, _DELETE, _NESTED = "=", "-", "~"
+_SET, _DELETE, _NESTED, _APPEND = "=", "-", "~", "+"
 
 
 def diff(old: Document, new: Document) -> Document:
-    """The patch that turns ``old`` into ``new`` (see :func:`apply`)."""
+    """The patch that turns ``old`` into ``new`` (see :func:`apply`): per changed key,
+    ``["=", value]``, ``["-"]`` (removed), ``["~", patch]`` (an object changed inside)
+    or ``["+", items]`` (a list grown at its end, as a turn's path grows)."""
     patch: Document = {}
     for key, value in new.items():
         if key not in old:
             patch[key] = [_SET, value]
             continue
         before = old[key]
-        if same(before, value):
+        if before is value:  # a draft shares what it left alone
             continue
         if isinstance(before, dict) and isinstance(value, dict):
-            patch[key] = [_NESTED, diff(before, value)]
+            inner = diff(before, value)
+            if inner:
+                patch[key] = [_NESTED, inner]
+        elif same(before, value):
+            continue
+        elif _grown(before, value):
+            patch[key] = [_APPEND, value[len(before) :]]
         else:
             patch[key] = [_SET, value]
     for key in old:
@@ -58,21 +66,46 @@ def apply(doc: Document, patch: Document) -> Document:
             out[key] = op[1]
         elif op[0] == _DELETE:
             out.pop(key, None)
+        elif op[0] == _APPEND:
+            out[key] = [*out.get(key, []), *op[1]]
         else:
             before = out.get(key)
             out[key] = apply(before if isinstance(before, dict) else {}, op[1])
     return out
 
 
+def _grown(before: Any, value: Any) -> bool:
+    return (
+        isinstance(before, list)
+        and isinstance(value, list)
+        and 0 < len(before) < len(value)
+        and same(before, value[: len(before)])
+    )
+
+
 def same(a: Any, b: Any) -> bool:
-    """JSON equality: ``1``, ``1.0`` and ``True`` differ (Python's ``==`` mixes them)."""
-    if type(a) is not type(b):
-        return False
+    """JSON equality: ``1``, ``1.0`` and ``True`` differ (Python's ``==`` mixes them);
+    a string enum equals its text."""
+    if a is b:
+        return True
+    kind = type(a)
+    if kind is not type(b):
+        kind = _kind(a)
+        if kind is not _kind(b):
+            return False
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, list):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
+
+
+def _kind(value: Any) -> type:
+    # bool before int: it is one in Python, not in JSON.
+    for kind in (bool, str, int, float, dict, list):
+        if isinstance(value, kind):
+            return kind
+    return type(value)
 
 
 @dataclass(frozen=True)

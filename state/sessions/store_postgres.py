@@ -45,7 +45,7 @@ _RECORD = """, e AS (INSERT INTO events (session_id, seq, kind, revision, phase,
 , r AS (INSERT INTO revisions (session_id, revision, phase, status, trigger, at,
     message_count, event_seq, doc, patch)
   SELECT s.session_id, %(new_revision)s, %(phase)s, %(status)s, %(trigger)s, %(now)s,
-    %(message_count)s, s.event_seq, %(rev_doc)s::jsonb, %(rev_patch)s::jsonb FROM s)"""
+    %(message_count)s, s.event_seq, %(rev_doc)s::jsonb, %(rev_patch)s::text FROM s)"""
 
 _QUEUED = prepared.prepare(
     "agentstate_has_queued",

@@ -54,9 +54,13 @@ def test_a_patch_holds_only_what_changed() -> None:
     old = {"big": "x" * 1000, "meta": {"turn": {"path": ["idle"]}, "keep": "y" * 500}, "n": 1}
     new = {"big": "x" * 1000, "meta": {"turn": {"path": ["idle", "planning"]}, "keep": "y" * 500}}
     patch = diff(old, new)
-    assert patch == {
-        "meta": ["~", {"turn": ["~", {"path": ["=", ["idle", "planning"]]}]}],
-        "n": ["-"],
-    }
+    assert patch == {"meta": ["~", {"turn": ["~", {"path": ["+", ["planning"]]}]}], "n": ["-"]}
     assert apply(old, patch) == new
     assert diff(new, new) == {}
+
+
+def test_a_string_enum_equals_its_text() -> None:
+    from state.machine import Phase
+
+    assert diff({"phase": "idle"}, {"phase": Phase.IDLE}) == {}
+    assert diff({"path": ["idle"]}, {"path": []}) == {"path": ["=", []]}

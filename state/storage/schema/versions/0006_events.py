@@ -50,7 +50,7 @@ def upgrade() -> None:
         sa.Column("message_count", sa.Integer(), nullable=False),
         sa.Column("event_seq", sa.BigInteger(), nullable=False),
         sa.Column("doc", _JSON),
-        sa.Column("patch", _JSON),
+        sa.Column("patch", sa.Text()),
     )
     op.create_index("ix_revisions_at", "revisions", ["at"])
     op.execute(

@@ -1,0 +1,267 @@
+"""Benchmarks of the event log: the push's latency, its cost to turn throughput, and the
+bytes a turn stores in ``events`` and ``revisions``.
+
+- push latency: from a commit (the event's ``at``, stamped just before its statement) to
+  a follower of ``AgentClient.events(follow=True)`` holding the event, vs a plain Redis
+  PUBLISH -> subscriber round trip, vs a Postgres NOTIFY -> LISTEN round trip (the
+  alternative we did not take);
+- turn throughput with the push on vs off (``AGENTSTATE_EVENTS``; the log itself is
+  always written), and, when ``BENCH_BASE_PYTHONPATH`` names a checkout from before the
+  event log, vs workers running that code (the whole cost of the log);
+- bytes per turn: the growth of ``events`` and ``revisions`` (indexes included) per
+  turn, vs that of ``messages`` (the history rows a turn writes anyway).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import redis
+
+from bench import harness
+from bench.harness import say
+from bench.rows import Row, send_turns
+from config import Settings
+from state.storage.db import get_engine
+from tasks.client import AgentClient
+from tasks.processes import WorkerGroup
+
+ROUNDS = 3
+
+
+# -- push latency --------------------------------------------------------------------
+
+
+def follower_latencies(settings: Settings, turns: int) -> list[float]:
+    """Seconds from each committed phase's ``at`` to a follower holding its event."""
+    from datetime import datetime
+
+    client = AgentClient(settings)
+    session_id = f"push-{uuid.uuid4().hex[:8]}"
+    client.send_message(session_id, "hello", user_id="bench-user")
+    client.wait_for_idle(session_id, timeout=60)
+    start = list(client.events(session_id))[-1]["seq"]
+    got: list[tuple[float, dict[str, Any]]] = []
+    ready = threading.Event()
+
+    def follow() -> None:
+        ready.set()
+        ends = 0
+        for event in client.events(session_id, after=start, follow=True, timeout=120):
+            got.append((time.time(), event))
+            if event["kind"] == "phase_committed" and event["phase"] == "idle":
+                ends += 1
+                if ends == turns:
+                    return
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    ready.wait()
+    time.sleep(0.2)  # subscribed before the first message
+    for n in range(turns):
+        client.send_message(session_id, f"hello number {n}", user_id="bench-user")
+        client.wait_for_idle(session_id, timeout=60)
+    thread.join(120)
+    return [
+        received - datetime.fromisoformat(event["at"]).timestamp()
+        for received, event in got
+        if event["kind"] == "phase_committed"
+    ]
+
+
+def redis_round_trips(count: int) -> list[float]:
+    """Seconds from PUBLISH to a subscriber (another thread) holding the message."""
+    client = redis.Redis.from_url(harness.REDIS_URL)
+    channel = f"bench:push:{uuid.uuid4().hex}"
+    pubsub = client.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(channel)
+    pubsub.get_message(timeout=1.0)
+    out: list[float] = []
+    for _ in range(count):
+        sent = time.time()
+        client.publish(channel, str(sent))
+        message = pubsub.get_message(timeout=5.0)
+        while message is None:
+            message = pubsub.get_message(timeout=5.0)
+        out.append(time.time() - float(message["data"]))
+    pubsub.close()
+    return out
+
+
+def notify_round_trips(count: int) -> list[float]:
+    """Seconds from a committed NOTIFY to a LISTENing connection holding it."""
+    dsn = harness.DATABASE_URL.replace("postgresql+psycopg2", "postgresql")
+    listener, sender = psycopg2.connect(dsn), psycopg2.connect(dsn)
+    listener.autocommit = sender.autocommit = True
+    channel = f"bench_{uuid.uuid4().hex[:8]}"
+    listener.cursor().execute(f"LISTEN {channel}")
+    out: list[float] = []
+    for _ in range(count):
+        sent = time.time()
+        sender.cursor().execute("SELECT pg_notify(%s, %s)", (channel, str(sent)))
+        while not listener.notifies:
+            select.select([listener], [], [], 5.0)
+            listener.poll()
+        note = listener.notifies.pop(0)
+        out.append(time.time() - float(note.payload))
+    listener.close()
+    sender.close()
+    return out
+
+
+def push(table: list[Row], notes: list[str], scale: float, args: Any) -> None:
+    """Commit -> follower, p50 / p95, vs a plain Redis pub/sub round trip."""
+    turns = max(10, int(40 * scale))
+    settings = harness.bench_settings()
+    with harness.workers(settings, count=2, concurrency=1):
+        ours = follower_latencies(settings, turns)
+    plain = redis_round_trips(len(ours))
+    listen = notify_round_trips(len(ours))
+    for p in (50, 95):
+        table.append(
+            Row(
+                f"push latency p{p} (commit -> follower)",
+                harness.percentile(ours, p) * 1000,
+                harness.percentile(plain, p) * 1000,
+                "ms",
+                "plain Redis PUBLISH -> subscriber",
+                higher_is_better=False,
+            )
+        )
+    notes.append(
+        f"push: {len(ours)} phase commits followed. Postgres NOTIFY -> LISTEN round trip: "
+        f"p50 {harness.percentile(listen, 50) * 1000:.2f} ms, "
+        f"p95 {harness.percentile(listen, 95) * 1000:.2f} ms (not taken: a LISTEN "
+        "connection per follower, and NOTIFY serializes committing transactions)."
+    )
+
+
+# -- throughput ----------------------------------------------------------------------
+
+
+@contextmanager
+def workers_from(settings: Settings, pythonpath: str) -> Iterator[WorkerGroup]:
+    """``harness.workers`` running the code at ``pythonpath`` (another checkout)."""
+    group = WorkerGroup(
+        settings,
+        Path(tempfile.mkdtemp(prefix="agentstate-bench-")),
+        count=2,
+        concurrency=1,
+        cwd=Path(pythonpath),
+        loglevel="WARNING",
+    )
+    group.env["PYTHONPATH"] = pythonpath
+    group.start()
+    try:
+        yield group
+    finally:
+        group.stop()
+
+
+def _rate(settings: Settings, per: int, base: str | None = None) -> float:
+    runner = workers_from(settings, base) if base else harness.workers(settings, count=2)
+    with runner:
+        client = AgentClient(settings)
+        send_turns(client, f"warm-{uuid.uuid4().hex[:6]}", 4, 2)
+        return send_turns(client, f"ev-{uuid.uuid4().hex[:6]}", 50, per)
+
+
+def throughput(table: list[Row], notes: list[str], scale: float, args: Any) -> None:
+    """Turns/s with the push on vs off (and vs the code before the log, if given)."""
+    per = max(1, int(4 * scale))
+    base = os.environ.get("BENCH_BASE_PYTHONPATH")
+    on: list[float] = []
+    off: list[float] = []
+    before: list[float] = []
+    for _ in range(ROUNDS):  # interleaved: a shared machine drifts
+        on.append(_rate(harness.bench_settings(), per))
+        off.append(_rate(harness.bench_settings(events=False), per))
+        if base:
+            before.append(_rate(harness.bench_settings(), per, base))
+    say(f"push on {on}, push off {off}, before the log {before}")
+    table.append(
+        Row(
+            "turns/s every_phase, event push on vs off",
+            statistics.median(on),
+            statistics.median(off),
+            "turns/s",
+            "push off (AGENTSTATE_EVENTS=false)",
+            target=">= 0.95x",
+        )
+    )
+    if before:
+        table.append(
+            Row(
+                "turns/s every_phase, event log + push vs no log",
+                statistics.median(on),
+                statistics.median(before),
+                "turns/s",
+                "the code before the event log",
+                target=">= 0.95x",
+            )
+        )
+
+
+# -- storage -------------------------------------------------------------------------
+
+
+def _sizes() -> dict[str, int]:
+    with get_engine(harness.DATABASE_URL).connect() as conn:
+        return {
+            table: int(
+                conn.exec_driver_sql(f"SELECT pg_total_relation_size('{table}')").scalar_one()
+            )
+            for table in ("events", "revisions", "messages", "sessions", "inbox")
+        }
+
+
+def _row_bytes() -> dict[str, float]:
+    with get_engine(harness.DATABASE_URL).connect() as conn:
+        return {
+            table: float(
+                conn.exec_driver_sql(
+                    f"SELECT coalesce(avg(pg_column_size(t.*)), 0) FROM {table} t"
+                ).scalar_one()
+            )
+            for table in ("events", "revisions", "messages")
+        }
+
+
+def storage(table: list[Row], notes: list[str], scale: float, args: Any) -> None:
+    """Bytes a turn adds to events + revisions vs to messages (indexes included)."""
+    turns = max(400, int(2000 * scale))
+    settings = harness.bench_settings()
+    with harness.workers(settings, count=2, concurrency=1):
+        client = AgentClient(settings)
+        before = _sizes()
+        send_turns(client, f"bytes-{uuid.uuid4().hex[:6]}", 50, turns // 50)
+        after = _sizes()
+    grew = {name: (after[name] - before[name]) / turns for name in after}
+    rows = _row_bytes()
+    table.append(
+        Row(
+            "bytes stored per turn (events + revisions)",
+            grew["events"] + grew["revisions"],
+            grew["messages"],
+            "B",
+            "messages (the history rows)",
+            higher_is_better=False,
+        )
+    )
+    notes.append(
+        f"bytes per turn ({turns} turns, indexes included): events {grew['events']:.0f}, "
+        f"revisions {grew['revisions']:.0f}, messages {grew['messages']:.0f}, inbox "
+        f"{grew['inbox']:.0f}; average row: event {rows['events']:.0f} B, revision "
+        f"{rows['revisions']:.0f} B, message {rows['messages']:.0f} B."
+    )
