@@ -32,7 +32,7 @@ def main() -> None:
         "--rows",
         default="all",
         help="comma-separated: pools,events,langgraph,latency,history,dag,lock,"
-        "memory,push,eventlog,storage (default all)",
+        "memory,push,eventlog,turncost,storage (default all)",
     )
     parser.add_argument("--memory-turns", type=int, default=10_000)
     args = parser.parse_args()
@@ -247,6 +247,7 @@ ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
     # The event log (bench/eventlog.py).
     "push": eventlog.push,
     "eventlog": eventlog.throughput,
+    "turncost": eventlog.turn_cost,
     "storage": eventlog.storage,
 }
 

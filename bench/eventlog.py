@@ -14,9 +14,12 @@ bytes a turn stores in ``events`` and ``revisions``.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -37,7 +40,7 @@ from state.storage.db import get_engine
 from tasks.client import AgentClient
 from tasks.processes import WorkerGroup
 
-ROUNDS = 3
+ROUNDS = int(os.environ.get("BENCH_EVENT_ROUNDS", "3"))
 
 
 # -- push latency --------------------------------------------------------------------
@@ -184,11 +187,15 @@ def throughput(table: list[Row], notes: list[str], scale: float, args: Any) -> N
     on: list[float] = []
     off: list[float] = []
     before: list[float] = []
-    for _ in range(ROUNDS):  # interleaved: a shared machine drifts
-        on.append(_rate(harness.bench_settings(), per))
-        off.append(_rate(harness.bench_settings(events=False), per))
+    for round_ in range(ROUNDS):  # interleaved, in turn first: a shared machine drifts
+        runs = [
+            (on, lambda: _rate(harness.bench_settings(), per)),
+            (off, lambda: _rate(harness.bench_settings(events=False), per)),
+        ]
         if base:
-            before.append(_rate(harness.bench_settings(), per, base))
+            runs.append((before, lambda: _rate(harness.bench_settings(), per, base)))
+        for found, measure in runs[round_ % len(runs) :] + runs[: round_ % len(runs)]:
+            found.append(measure())
     say(f"push on {on}, push off {off}, before the log {before}")
     table.append(
         Row(
@@ -209,6 +216,54 @@ def throughput(table: list[Row], notes: list[str], scale: float, args: Any) -> N
                 "turns/s",
                 "the code before the event log",
                 target=">= 0.95x",
+            )
+        )
+
+
+def _turn_cost(pythonpath: str, turns: int, *flags: str) -> float:
+    """ms per turn of ``bench/turn_cost.py`` run with the code at ``pythonpath``."""
+    script = str(harness.REPO / "bench" / "turn_cost.py")
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    command = [sys.executable, script, harness.DATABASE_URL, harness.REDIS_URL, str(turns)]
+    done = subprocess.run([*command, *flags], env=env, capture_output=True, text=True, check=True)
+    return float(json.loads(done.stdout)["ms_per_turn"])
+
+
+def turn_cost(table: list[Row], notes: list[str], scale: float, args: Any) -> None:
+    """In-process ms per turn (no broker): with the log and push, push off, and (with
+    BENCH_BASE_PYTHONPATH) the code before the log. Best of interleaved runs: the least
+    disturbed by the other users of a shared machine."""
+    turns, rounds = max(40, int(150 * scale)), max(3, int(8 * scale))
+    here = str(harness.REPO)
+    base = os.environ.get("BENCH_BASE_PYTHONPATH")
+    found: dict[str, list[float]] = {"on": [], "off": [], "base": []}
+    for _ in range(rounds):
+        found["on"].append(_turn_cost(here, turns))
+        found["off"].append(_turn_cost(here, turns, "--no-push"))
+        if base:
+            found["base"].append(_turn_cost(base, turns))
+    say(f"ms per turn in-process: {found}")
+    on, off = min(found["on"]), min(found["off"])
+    table.append(
+        Row(
+            "turn in-process, event push on vs off",
+            on,
+            off,
+            "ms",
+            "push off",
+            higher_is_better=False,
+        )
+    )
+    if found["base"]:
+        table.append(
+            Row(
+                "turn in-process, event log + push vs no log",
+                on,
+                min(found["base"]),
+                "ms",
+                "the code before the event log",
+                higher_is_better=False,
+                target="<= 1.05x",
             )
         )
 

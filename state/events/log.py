@@ -128,24 +128,36 @@ def append(conn: Connection, session_id: str, items: list[NewEvent]) -> int | No
     ).first()
     if row is None:
         return None
-    last, now = int(row.event_seq), utcnow()
-    first = last - len(items) + 1
-    conn.execute(
-        insert(events),
-        [
-            {
-                "session_id": session_id,
-                "seq": first + offset,
-                "kind": item.kind,
-                "revision": int(row.revision),
-                "phase": row.phase,
-                "at": now,
-                "data": item.data,
-            }
-            for offset, item in enumerate(items)
-        ],
-    )
-    return last
+    at = (int(row.revision), str(row.phase))
+    insert_numbered(conn, session_id, items, last=int(row.event_seq), at=at)
+    return int(row.event_seq)
+
+
+def insert_numbered(
+    conn: Connection, session_id: str, items: list[NewEvent], *, last: int, at: tuple[int, str]
+) -> None:
+    """Insert ``items`` numbered up to ``last``, which the caller took from the session
+    row's counter (bumped by ``len(items)``) in this transaction, at the session's
+    (revision, phase)."""
+    revision, phase = at
+    now, first = utcnow(), last - len(items) + 1
+    rows = [
+        {
+            "session_id": session_id,
+            "seq": first + offset,
+            "kind": item.kind,
+            "revision": revision,
+            "phase": phase,
+            "at": now,
+            "data": item.data,
+        }
+        for offset, item in enumerate(items)
+    ]
+    # One row (the usual case) as a plain INSERT: the driver's executemany costs more.
+    if len(rows) == 1:
+        conn.execute(insert(events).values(rows[0]))
+    else:
+        conn.execute(insert(events), rows)
 
 
 def read(conn: Connection, session_id: str, after: int, limit: int) -> list[Document]:
