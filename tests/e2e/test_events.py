@@ -477,3 +477,64 @@ def test_the_readme_examples_run(
     else:
         assert result.stdout.strip().splitlines()[-1] == "10-4 = 6"
         assert "1 planning receive_input+intent_clear" in result.stdout
+
+
+# -- the command line ----------------------------------------------------------------
+
+
+def _cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [AGENTSTATE, *args],
+        cwd=REPO,
+        env=settings_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_command_line_lists_shows_forks_and_prints_events(
+    client: AgentClient, events_settings: Settings
+) -> None:
+    session_id, user, fork = uid("s"), uid("u"), uid("f")
+    client.send_message(session_id, "what is 2+3?", user_id=user)
+    first = client.wait_for_idle(session_id, timeout=30)
+    client.send_message(session_id, "what is 4*5?", user_id=user)
+    client.wait_for_idle(session_id, timeout=30)
+    listed = _cli(events_settings, "session", "history", session_id, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == client.revisions(session_id)
+    table = _cli(events_settings, "session", "history", session_id)
+    assert "receive_input+intent_clear" in table.stdout
+    shown = _cli(
+        events_settings,
+        "session",
+        "show",
+        session_id,
+        "--revision",
+        str(first["revision"]),
+        "--json",
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == first
+    printed = _cli(events_settings, "session", "events", session_id, "--json")
+    assert json.loads(printed.stdout) == log_of(client, session_id)
+    lines = _cli(events_settings, "session", "events", session_id, "--after", "3").stdout
+    assert len(lines.strip().splitlines()) == len(log_of(client, session_id)) - 3
+    made = _cli(
+        events_settings, "session", "fork", session_id, "--at", str(first["revision"]), "--to", fork
+    )
+    assert made.returncode == 0 and made.stdout.strip() == fork, made.stderr
+    assert client.get_session(fork)["message_history"] == first["message_history"]  # type: ignore[index]
+    for args, words in (
+        (("session", "history", uid("s")), "unknown session"),
+        (("session", "events", uid("s")), "unknown session"),
+        (("session", "show", session_id, "--revision", "999"), "no revision 999"),
+        (("session", "show", session_id, "--revision", "-1"), "must be 0 or more"),
+        (("session", "fork", session_id, "--at", "1", "--to", fork), "already exists"),
+        (("session", "fork", session_id, "--to", uid("f")), "--at"),
+    ):
+        result = _cli(events_settings, *args)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert words in result.stderr and len(result.stderr.strip().splitlines()) == 1, args
