@@ -2,9 +2,9 @@
 bytes a turn stores in ``events`` and ``revisions``.
 
 - push latency: from a commit (the event's ``at``, stamped just before its statement) to
-  a follower of ``AgentClient.events(follow=True)`` holding the event, vs a plain Redis
-  PUBLISH -> subscriber round trip, vs a Postgres NOTIFY -> LISTEN round trip (the
-  alternative we did not take);
+  a follower of ``AgentClient.events(follow=True)`` in another process holding the event,
+  vs a plain Redis PUBLISH -> subscriber (another process), vs a Postgres NOTIFY ->
+  LISTEN round trip (the alternative we did not take);
 - turn throughput with the push on vs off (``AGENTSTATE_EVENTS``; the log itself is
   always written), and, when ``BENCH_BASE_PYTHONPATH`` names a checkout from before the
   event log, vs workers running that code (the whole cost of the log);
@@ -15,13 +15,13 @@ bytes a turn stores in ``events`` and ``revisions``.
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import os
 import select
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -46,81 +46,111 @@ ROUNDS = int(os.environ.get("BENCH_EVENT_ROUNDS", "3"))
 # -- push latency --------------------------------------------------------------------
 
 
-def follower_latencies(settings: Settings, turns: int) -> list[float]:
-    """Seconds from each committed phase's ``at`` to a follower holding its event."""
+def _follow(settings: Settings, session_id: str, after: int, turns: int, out: Any) -> None:
+    """(In a process of its own.) Follow the session; put each phase commit's latency."""
     from datetime import datetime
 
+    client = AgentClient(settings)
+    ends, latencies = 0, []
+    out.put("ready")
+    for event in client.events(session_id, after=after, follow=True, timeout=300):
+        if event["kind"] != "phase_committed":
+            continue
+        latencies.append(time.time() - datetime.fromisoformat(event["at"]).timestamp())
+        ends += event["phase"] == "idle"
+        if ends == turns:
+            break
+    out.put(latencies)
+
+
+def follower_latencies(settings: Settings, turns: int) -> list[float]:
+    """Seconds from each committed phase's ``at`` to a follower (another process)
+    holding its event."""
     client = AgentClient(settings)
     session_id = f"push-{uuid.uuid4().hex[:8]}"
     client.send_message(session_id, "hello", user_id="bench-user")
     client.wait_for_idle(session_id, timeout=60)
     start = list(client.events(session_id))[-1]["seq"]
-    got: list[tuple[float, dict[str, Any]]] = []
-    ready = threading.Event()
-
-    def follow() -> None:
-        ready.set()
-        ends = 0
-        for event in client.events(session_id, after=start, follow=True, timeout=120):
-            got.append((time.time(), event))
-            if event["kind"] == "phase_committed" and event["phase"] == "idle":
-                ends += 1
-                if ends == turns:
-                    return
-
-    thread = threading.Thread(target=follow, daemon=True)
-    thread.start()
-    ready.wait()
-    time.sleep(0.2)  # subscribed before the first message
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    follower = ctx.Process(target=_follow, args=(settings, session_id, start, turns, out))
+    follower.start()
+    out.get(timeout=60)
+    time.sleep(0.5)  # subscribed before the first message
     for n in range(turns):
         client.send_message(session_id, f"hello number {n}", user_id="bench-user")
-        client.wait_for_idle(session_id, timeout=60)
-    thread.join(120)
-    return [
-        received - datetime.fromisoformat(event["at"]).timestamp()
-        for received, event in got
-        if event["kind"] == "phase_committed"
-    ]
+        harness.wait_until(lambda n=n: harness.answered(session_id) > n + 1, 60, "a turn")
+    latencies: list[float] = out.get(timeout=120)
+    follower.join(10)
+    return latencies
+
+
+def _subscribe(channel: str, count: int, out: Any) -> None:
+    """(In a process of its own.) Put the latency of ``count`` messages on ``channel``."""
+    pubsub = redis.Redis.from_url(harness.REDIS_URL).pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(channel)
+    pubsub.get_message(timeout=1.0)
+    out.put("ready")
+    latencies = []
+    while len(latencies) < count:
+        message = pubsub.get_message(timeout=5.0)
+        if message is not None:
+            latencies.append(time.time() - float(message["data"]))
+    out.put(latencies)
 
 
 def redis_round_trips(count: int) -> list[float]:
-    """Seconds from PUBLISH to a subscriber (another thread) holding the message."""
+    """Seconds from PUBLISH to a subscriber (another process) holding the message."""
     client = redis.Redis.from_url(harness.REDIS_URL)
     channel = f"bench:push:{uuid.uuid4().hex}"
-    pubsub = client.pubsub(ignore_subscribe_messages=True)
-    pubsub.subscribe(channel)
-    pubsub.get_message(timeout=1.0)
-    out: list[float] = []
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    subscriber = ctx.Process(target=_subscribe, args=(channel, count, out))
+    subscriber.start()
+    out.get(timeout=60)
     for _ in range(count):
-        sent = time.time()
-        client.publish(channel, str(sent))
-        message = pubsub.get_message(timeout=5.0)
-        while message is None:
-            message = pubsub.get_message(timeout=5.0)
-        out.append(time.time() - float(message["data"]))
-    pubsub.close()
-    return out
+        client.publish(channel, str(time.time()))
+        time.sleep(0.01)
+    latencies: list[float] = out.get(timeout=60)
+    subscriber.join(10)
+    return latencies
+
+
+def _listen(dsn: str, channel: str, count: int, out: Any) -> None:
+    """(In a process of its own.) Put the latency of ``count`` notifications."""
+    listener = psycopg2.connect(dsn)
+    listener.autocommit = True
+    listener.cursor().execute(f"LISTEN {channel}")
+    out.put("ready")
+    latencies: list[float] = []
+    while len(latencies) < count:
+        select.select([listener], [], [], 5.0)
+        listener.poll()
+        while listener.notifies:
+            note = listener.notifies.pop(0)
+            latencies.append(time.time() - float(note.payload))
+    listener.close()
+    out.put(latencies)
 
 
 def notify_round_trips(count: int) -> list[float]:
-    """Seconds from a committed NOTIFY to a LISTENing connection holding it."""
+    """Seconds from a committed NOTIFY to a LISTENing process holding it."""
     dsn = harness.DATABASE_URL.replace("postgresql+psycopg2", "postgresql")
-    listener, sender = psycopg2.connect(dsn), psycopg2.connect(dsn)
-    listener.autocommit = sender.autocommit = True
     channel = f"bench_{uuid.uuid4().hex[:8]}"
-    listener.cursor().execute(f"LISTEN {channel}")
-    out: list[float] = []
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    listener = ctx.Process(target=_listen, args=(dsn, channel, count, out))
+    listener.start()
+    out.get(timeout=60)
+    sender = psycopg2.connect(dsn)
+    sender.autocommit = True
     for _ in range(count):
-        sent = time.time()
-        sender.cursor().execute("SELECT pg_notify(%s, %s)", (channel, str(sent)))
-        while not listener.notifies:
-            select.select([listener], [], [], 5.0)
-            listener.poll()
-        note = listener.notifies.pop(0)
-        out.append(time.time() - float(note.payload))
-    listener.close()
+        sender.cursor().execute("SELECT pg_notify(%s, %s)", (channel, str(time.time())))
+        time.sleep(0.01)
+    latencies: list[float] = out.get(timeout=60)
     sender.close()
-    return out
+    listener.join(10)
+    return latencies
 
 
 def push(table: list[Row], notes: list[str], scale: float, args: Any) -> None:
@@ -143,7 +173,9 @@ def push(table: list[Row], notes: list[str], scale: float, args: Any) -> None:
             )
         )
     notes.append(
-        f"push: {len(ours)} phase commits followed. Postgres NOTIFY -> LISTEN round trip: "
+        f"push: {len(ours)} phase commits followed; commit -> follower is the commit itself "
+        "(`at` is stamped before its statement), the publish after it, the follower's wake "
+        "and its read of the log. Postgres NOTIFY -> LISTEN round trip: "
         f"p50 {harness.percentile(listen, 50) * 1000:.2f} ms, "
         f"p95 {harness.percentile(listen, 95) * 1000:.2f} ms (not taken: a LISTEN "
         "connection per follower, and NOTIFY serializes committing transactions)."

@@ -331,6 +331,7 @@ def _change_from(current: Document, proposed: object) -> SessionChange:
         status=str(doc.get("status", current["status"])),
         doc=doc,
         new_messages=new_messages,
+        trigger="update",
     )
 
 
