@@ -7,7 +7,10 @@ bytes a turn stores in ``events`` and ``revisions``.
   LISTEN round trip (the alternative we did not take);
 - turn throughput with the push on vs off (``AGENTSTATE_EVENTS``; the log itself is
   always written), and, when ``BENCH_BASE_PYTHONPATH`` names a checkout from before the
-  event log, vs workers running that code (the whole cost of the log);
+  event log, vs workers running that code (the whole cost of the log). Each pair of
+  worker groups runs side by side, loaded at the same time, so that what else a shared
+  machine does falls on both; the in-process cost of a turn (``bench/turn_cost.py``)
+  says the same without a broker;
 - bytes per turn: the growth of ``events`` and ``revisions`` (indexes included) per
   turn, vs that of ``messages`` (the history rows a turn writes anyway).
 """
@@ -22,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -204,49 +208,61 @@ def workers_from(settings: Settings, pythonpath: str) -> Iterator[WorkerGroup]:
         group.stop()
 
 
-def _rate(settings: Settings, per: int, base: str | None = None) -> float:
-    runner = workers_from(settings, base) if base else harness.workers(settings, count=2)
-    with runner:
-        client = AgentClient(settings)
-        send_turns(client, f"warm-{uuid.uuid4().hex[:6]}", 4, 2)
-        return send_turns(client, f"ev-{uuid.uuid4().hex[:6]}", 50, per)
+def _runner(settings: Settings, code: str | None) -> Any:
+    return workers_from(settings, code) if code else harness.workers(settings, count=2)
+
+
+def _paired(groups: list[tuple[Settings, str | None]], per: int) -> list[float]:
+    """Turns/s of two worker groups (each running the code at its path, or this
+    checkout's) loaded at the same time: what else the machine does falls on both."""
+    (first, first_code), (second, second_code) = groups
+    with _runner(first, first_code), _runner(second, second_code):
+        clients = [AgentClient(first), AgentClient(second)]
+        for client in clients:
+            send_turns(client, f"warm-{uuid.uuid4().hex[:6]}", 4, 2)
+        rates = [0.0, 0.0]
+
+        def load(index: int) -> None:
+            prefix = f"ev{index}-{uuid.uuid4().hex[:6]}"
+            rates[index] = send_turns(clients[index], prefix, 50, per)
+
+        threads = [threading.Thread(target=load, args=(i,)) for i in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return rates
 
 
 def throughput(table: list[Row], notes: list[str], scale: float, args: Any) -> None:
-    """Turns/s with the push on vs off (and vs the code before the log, if given)."""
+    """Turns/s with the push on vs off, and (with BENCH_BASE_PYTHONPATH) vs the code
+    before the log; each pair runs side by side, in several rounds."""
     per = max(1, int(4 * scale))
     base = os.environ.get("BENCH_BASE_PYTHONPATH")
-    on: list[float] = []
-    off: list[float] = []
-    before: list[float] = []
-    for round_ in range(ROUNDS):  # interleaved, in turn first: a shared machine drifts
-        runs = [
-            (on, lambda: _rate(harness.bench_settings(), per)),
-            (off, lambda: _rate(harness.bench_settings(events=False), per)),
-        ]
-        if base:
-            runs.append((before, lambda: _rate(harness.bench_settings(), per, base)))
-        for found, measure in runs[round_ % len(runs) :] + runs[: round_ % len(runs)]:
-            found.append(measure())
-    say(f"push on {on}, push off {off}, before the log {before}")
-    table.append(
-        Row(
-            "turns/s every_phase, event push on vs off",
-            statistics.median(on),
-            statistics.median(off),
-            "turns/s",
-            "push off (AGENTSTATE_EVENTS=false)",
-            target=">= 0.95x",
-        )
-    )
-    if before:
+    pairs = [("push off (AGENTSTATE_EVENTS=false)", {"events": False}, None)]
+    if base:
+        pairs.append(("the code before the event log", {}, base))
+    for label, options, code in pairs:
+        ours, theirs = [], []
+        for round_ in range(ROUNDS):
+            mine = (harness.bench_settings(), None)
+            other = (harness.bench_settings(**options), code)
+            # Sides swap every round: an A/A run (the same code on both sides) showed the
+            # first side about 3% slower.
+            if round_ % 2 == 0:
+                first, second = _paired([mine, other], per)
+            else:
+                second, first = _paired([other, mine], per)
+            ours.append(first)
+            theirs.append(second)
+        say(f"side by side with {label}: ours {ours}, theirs {theirs}")
         table.append(
             Row(
-                "turns/s every_phase, event log + push vs no log",
-                statistics.median(on),
-                statistics.median(before),
+                f"turns/s every_phase, event log + push vs {label.split(' (')[0]}",
+                statistics.mean(ours),
+                statistics.mean(theirs),
                 "turns/s",
-                "the code before the event log",
+                f"{label}, side by side",
                 target=">= 0.95x",
             )
         )
