@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import harness, rows
+from bench import eventlog, harness, rows
 from bench.harness import say
 from bench.rows import Row
 from config import HopPolicy
@@ -33,7 +33,7 @@ def main() -> None:
         "--rows",
         default="all",
         help="comma-separated: pools,events,langgraph,latency,history,dag,lock,"
-        "memory,brokers,pooling (default all)",
+        "memory,brokers,pooling,push,eventlog,turncost,storage (default all)",
     )
     parser.add_argument("--memory-turns", type=int, default=10_000)
     args = parser.parse_args()
@@ -337,6 +337,11 @@ ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
     "memory": memory,
     "brokers": brokers,
     "pooling": pooling,
+    # The event log (bench/eventlog.py).
+    "push": eventlog.push,
+    "eventlog": eventlog.throughput,
+    "turncost": eventlog.turn_cost,
+    "storage": eventlog.storage,
 }
 
 

@@ -12,6 +12,8 @@ from config.settings import Settings
 TASK_MODULES = ["tasks.phases", "tasks.workflow", "tasks.maintenance"]
 # Bare tasks to measure against; off in production (they bump counters on request).
 BASELINE_MODULES = ["tasks.baseline"]
+# Events and revision records past AGENTSTATE_EVENTS_RETAIN_DAYS go in hourly batches.
+PRUNE_INTERVAL_S = 3600.0
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -60,6 +62,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "agentstate-expire-idle-sessions": {
                 "task": "agentstate.session.expire_idle",
                 "schedule": max(settings.sweep_interval, 60.0),
+            },
+            "agentstate-prune-events": {
+                "task": "agentstate.events.prune",
+                "schedule": PRUNE_INTERVAL_S,
             },
         },
         "beat_schedule_filename": str(Path(tempfile.gettempdir()) / "agentstate-beat-schedule"),

@@ -92,6 +92,13 @@ class Settings(BaseSettings):
     phase_time_limit: float = Field(10.0, gt=0)
     stuck_after: float = Field(60.0, gt=0)
     hop_policy: HopPolicy = HopPolicy.EVERY_PHASE
+    # Events: handlers' own events, and how long the event log and revisions are kept.
+    # AGENTSTATE_EVENTS=false stops only the push that wakes followers (they then poll
+    # slowly); the log itself is always written.
+    events: bool = True
+    events_retain_days: float = Field(30.0, gt=0)
+    max_event_bytes: int = Field(16384, ge=64)
+    max_events_per_phase: int = Field(100, ge=1)
     # Not in the public surface, but handy for operators and benchmarks.
     task_events: bool = True
     sweep_interval: float = Field(15.0, gt=0)

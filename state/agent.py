@@ -69,6 +69,9 @@ class PhaseContext:
         workflow: in ``executing``, the finished workflow this turn waited for, if any.
         attempt: 1, then 2, 3 after ``retry_needed`` sent the turn back to executing.
 
+    :meth:`emit` adds an event to the session's event log (``AgentClient.events``); it is
+    committed with the phase, or not at all if the phase fails.
+
     Example::
 
         def retrieving(ctx: PhaseContext) -> PhaseResult:
@@ -90,6 +93,7 @@ class PhaseContext:
     attempt: int = 1
     history_reader: Callable[[int], list[Document]] | None = None
     user_state_reader: Callable[[], Document] | None = None
+    event_sink: Callable[[str, Document | None], None] | None = None
 
     def recent_messages(self, count: int = 10) -> list[Document]:
         """The last history items of the session (one indexed query).
@@ -110,6 +114,31 @@ class PhaseContext:
             ``PhaseResult.user_state``, never by mutating this copy.
         """
         return self.user_state_reader() if self.user_state_reader else {}
+
+    def emit(self, kind: str, data: Document | None = None) -> None:
+        """Add an event to the session's log, committed with this phase's result (and
+        dropped with it if the phase fails). Followers of ``AgentClient.events`` get it
+        as soon as the phase commits.
+
+        Args:
+            kind: a short name: a lowercase letter, then lowercase letters, digits, ``_``
+                or ``.`` (at most 64); agentstate's own kinds (``reply``, ...) are refused.
+            data: a JSON object of at most AGENTSTATE_MAX_EVENT_BYTES (16 KiB) when
+                serialized; a copy is kept.
+
+        Raises:
+            InvalidPayloadError: a bad kind, data that is not a small JSON object, or more
+                than AGENTSTATE_MAX_EVENTS_PER_PHASE events in one phase. Raised from the
+                handler, it ends the turn with an apology like any other error.
+
+        Example::
+
+            def executing(ctx: PhaseContext) -> PhaseResult:
+                ctx.emit("tool.called", {"tool": "search", "query": ctx.message})
+                return PhaseResult("tools_complete")
+        """
+        if self.event_sink is not None:
+            self.event_sink(kind, data)
 
 
 @dataclass

@@ -154,3 +154,7 @@ class PermanentActionError(ActionFailed):
 
 class ActionRegistrationError(AgentStateError):
     """An action was registered without a name, or under a name already taken."""
+
+
+class SessionExistsError(BadInputError):
+    """A session with that id already exists (a fork needs a new id)."""

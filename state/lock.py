@@ -98,6 +98,8 @@ class DistributedStateSync:
         self.acquire_timeout_s = (
             acquire_timeout_s if acquire_timeout_s is not None else self.lock_timeout
         )
+        # Whether a commit's cache write also wakes the session's event followers.
+        self.push = settings.events
         self.retry_base_delay_s = retry_base_delay_s
         self.retry_max_delay_s = retry_max_delay_s
         self._held: dict[tuple[str, str], str] = {}
@@ -261,14 +263,16 @@ class DistributedStateSync:
             return False
 
     def publish_and_release(self, handle: LockHandle, snapshot: Snapshot) -> None:
-        """Write the committed snapshot to the cache and release, in one round trip."""
+        """Write the committed snapshot to the cache, wake the session's event followers
+        and release, in one round trip."""
         _renewer.unregister(handle.token)
         cache_key = keys.session_cache(snapshot.session_id)
         payload = codec.dumps(snapshot.to_cache())
+        channel = keys.session_events(snapshot.session_id) if self.push else ""
         try:
             self._put_and_release(
                 keys=[cache_key, handle.key],
-                args=[snapshot.revision, payload, self.store.cache.ttl_s, handle.token],
+                args=[snapshot.revision, payload, self.store.cache.ttl_s, handle.token, channel],
             )
         except redis.RedisError as exc:
             # A failed cache write must never keep the lock: release it on its own, and
@@ -340,6 +344,7 @@ def _change_from(current: Document, proposed: object) -> SessionChange:
         status=str(doc.get("status", current["status"])),
         doc=doc,
         new_messages=new_messages,
+        trigger="update",
     )
 
 

@@ -123,6 +123,17 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def whole_number(text: str) -> int:
+    """An argparse type: a whole number >= 0 (a revision, a seq)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
 def database_label(settings: Settings) -> str:
     """The database in use, for messages: credentials hidden, a SQLite path made absolute."""
     path = _sqlite_file(settings)

@@ -20,10 +20,13 @@ from config import Settings, get_settings, redact_url
 from config.brokers import broker_for
 from state.documents.codec import Document, require_object, require_text
 from state.errors import NotFoundError
+from state.events.feed import EventFeed, whole_number
+from state.events.push import Notifier, Waiter
 from state.ids import validate_id
 from state.machine import RESTING_PHASES, Phase
 from state.sessions.inbox import Inbox
 from state.sessions.store import SessionStore
+from state.storage import keys
 from state.storage.backend import Backend
 from state.store import PersistentStateManager
 from state.workflows.engine import WorkflowEngine
@@ -34,17 +37,16 @@ from tasks.app import app as default_app
 from tasks.app import make_app
 from tasks.control import RunControl, require_key
 from tasks.dispatch import CeleryDispatcher
+from tasks.timeline import Timeline
 
 logger = logging.getLogger(__name__)
 
-_FIRST_POLL_S = 0.01
-_MAX_POLL_S = 0.1
 
-
-class AgentClient(RunControl):
+class AgentClient(RunControl, Timeline):
     """What an app (web handler, script, notebook) uses to talk to agentstate.
 
-    Run control (cancel, retry, listing) comes from ``tasks.control.RunControl``.
+    Run control (cancel, retry, listing) comes from ``tasks.control.RunControl``; events,
+    revisions and forks from ``tasks.timeline.Timeline``.
     """
 
     def __init__(self, settings: Settings | None = None) -> None:
@@ -60,11 +62,14 @@ class AgentClient(RunControl):
         # The module's app was configured from the environment; other settings get theirs.
         celery: Celery = default_app if self.settings == get_settings() else make_app(self.settings)
         self.dispatcher = CeleryDispatcher(celery, broker_for(self.settings))
+        self.notifier = Notifier(self.backend.redis, self.settings.events)
+        self.feed = EventFeed(self.backend.engine, self.backend.redis, self.settings.events)
         self.workflows = WorkflowEngine(
             WorkflowStore.for_engine(self.backend.engine, self.backend.statements),
             self.dispatcher,
             get_action,
             self.settings,
+            self.notifier,
         )
         self.served_actions = ServedActions(self.backend.engine)
 
@@ -85,6 +90,7 @@ class AgentClient(RunControl):
         if idempotency_key is not None:
             require_key(idempotency_key)
         item = self.inbox.accept(session_id, user_id, text, idempotency_key)
+        self.notifier.session(session_id)  # its message_accepted event is in
         if not item.needs_kick:
             return item.message_id  # the running turn takes it from the inbox when it ends
         try:
@@ -101,6 +107,7 @@ class AgentClient(RunControl):
         user_id: str | None = None,
         history_limit: int | None = None,
         before_seq: int | None = None,
+        revision: int | None = None,
     ) -> Document | None:
         """The session (seed fields, ``phase``, ``_version``, history) or None.
 
@@ -108,15 +115,29 @@ class AgentClient(RunControl):
         The history is whole unless paged: the newest ``history_limit`` items before
         ``before_seq``, oldest first. Each item carries its ``seq``, so the next older page
         is ``before_seq=history[0]["seq"]``; ``history_limit=0`` reads the state alone.
+
+        With ``revision``, the session as it was when that revision was committed: its
+        document, its history up to then, and ``queued`` as it was then (NotFoundError if
+        the revision is not kept; ``revisions()`` lists those that are).
         """
         validate_id(session_id, "session")
         if user_id is not None:
             validate_id(user_id, "user")
+        if revision is not None:
+            whole_number(revision, "revision")
+            found = self.feed.owner(session_id)
+            if found is None or (user_id is not None and found[0] != user_id):
+                return None
+            if found[1] != revision:
+                return self.feed.session_at(self.sessions, session_id, revision)
         doc = self.sessions.document(
             session_id, user_id=user_id, history_limit=history_limit, before_seq=before_seq
         )
         if doc is not None:
             doc["queued"] = self.inbox.queued_count(session_id)
+        if doc is not None and revision is not None and doc["revision"] != revision:
+            # It moved on while we read: read that revision from the record instead.
+            return self.feed.session_at(self.sessions, session_id, revision)
         return doc
 
     def wait_for_idle(
@@ -144,7 +165,12 @@ class AgentClient(RunControl):
                 return None
             return self.get_session(session_id, user_id, history_limit)
 
-        return _poll(rested, timeout, lambda: f"session {session_id} still in {seen['phase']!r}")
+        return _wait(
+            rested,
+            timeout,
+            lambda: f"session {session_id} still in {seen['phase']!r}",
+            self._waiter(keys.session_events(session_id)),
+        )
 
     # -- workflows -------------------------------------------------------------
 
@@ -192,9 +218,16 @@ class AgentClient(RunControl):
             seen["progress"] = f"{progress.done}/{progress.total_steps} steps done"
             return self.get_workflow(workflow_id, user_id) if progress.finished else None
 
-        return _poll(
-            finished, timeout, lambda: f"workflow {workflow_id} unfinished ({seen['progress']})"
+        return _wait(
+            finished,
+            timeout,
+            lambda: f"workflow {workflow_id} unfinished ({seen['progress']})",
+            self._waiter(keys.workflow_events(workflow_id)),
         )
+
+    def _waiter(self, channel: str) -> Waiter:
+        """Wakes on the push to ``channel`` (a slow poll covers a push that never came)."""
+        return Waiter(self.backend.redis, [channel], self.settings.events)
 
     # -- persistent user state -------------------------------------------------
 
@@ -207,21 +240,25 @@ class AgentClient(RunControl):
         return self.users.load_user_state(user_id)
 
 
-def _poll(
-    check: Callable[[], Document | None], timeout: float, describe: Callable[[], str]
+def _wait(
+    check: Callable[[], Document | None],
+    timeout: float,
+    describe: Callable[[], str],
+    waiter: Waiter,
 ) -> Document:
-    """Call ``check`` with a growing pause until it returns something, or time out."""
+    """Call ``check`` whenever ``waiter`` wakes until it returns something, or time out.
+    The waiter subscribes before the first check, so no push after it is missed."""
     deadline = time.monotonic() + timeout
-    delay = _FIRST_POLL_S
-    while True:
-        with _outage_tolerated():
-            found = check()
-            if found is not None:
-                return found
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{describe()} after {timeout:g}s")
-        time.sleep(delay)
-        delay = min(_MAX_POLL_S, delay * 2)
+    with waiter:
+        while True:
+            with _outage_tolerated():
+                found = check()
+                if found is not None:
+                    return found
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"{describe()} after {timeout:g}s")
+            waiter.wait(remaining)
 
 
 @contextmanager

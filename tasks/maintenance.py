@@ -1,4 +1,5 @@
-"""Periodic tasks run by ``celery -A tasks beat``: the recovery sweep and session expiry."""
+"""Periodic tasks run by ``celery -A tasks beat``: the recovery sweep, session expiry and
+the event log's retention."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from state.clock import utcnow
+from state.events.retention import prune
 from state.recovery.queries import expire_idle_sessions
 from tasks.app import app
 from tasks.base import AgentStateTask, stale_result
@@ -13,6 +15,7 @@ from tasks.runtime import runtime
 
 SWEEP_TASK = "agentstate.recovery.sweep"
 EXPIRE_TASK = "agentstate.session.expire_idle"
+PRUNE_TASK = "agentstate.events.prune"
 
 
 @app.task(name=SWEEP_TASK, base=AgentStateTask, bind=True)
@@ -31,3 +34,12 @@ def expire_idle(self: AgentStateTask) -> Any:
             lambda: expire_idle_sessions(rt.backend.engine, cutoff), lambda _exc: 0
         )
     }
+
+
+@app.task(name=PRUNE_TASK, base=AgentStateTask, bind=True)
+def prune_events(self: AgentStateTask) -> Any:
+    """Delete events and revision records older than AGENTSTATE_EVENTS_RETAIN_DAYS (in
+    batches; a session's current state is kept)."""
+    rt = runtime()
+    cutoff = utcnow() - timedelta(days=rt.backend.settings.events_retain_days)
+    return self.attempt(lambda: prune(rt.backend.engine, cutoff).as_dict(), stale_result())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import unicodedata
@@ -211,6 +212,28 @@ def print_workflow(doc: Document, out: TextIO | None = None) -> None:
                 f"{step['retry_count']:>7}  "
             )
             + text
+        )
+
+
+def event_line(event: Document) -> str:
+    """One event as a line: ``seq  at  kind  r<revision> phase  data`` (made printable)."""
+    data = json.dumps(event["data"], ensure_ascii=False, default=str)
+    return printable(
+        f"{event['seq']:>6}  {event['at']}  {event['kind']:<18} r{event['revision']:<5} "
+        f"{event['phase']:<12} {data}"
+    )
+
+
+def print_revisions(found: list[Document], out: TextIO | None = None) -> None:
+    """A session's revisions as a table."""
+    show = partial(print, file=out or sys.stdout)
+    show(f"  {'REV':>5}  {'AT':<32}  {'PHASE':<12}  TRIGGER")
+    for item in found:
+        show(
+            printable(
+                f"  {item['revision']:>5}  {item['at']:<32}  {item['phase']:<12}  "
+                f"{item['trigger'] or ''}"
+            )
         )
 
 

@@ -52,6 +52,7 @@ def build_runtime(backend: Backend) -> Runtime:
         dispatcher,
         get_action,
         backend.settings,
+        services.notifier,
     )
     recovery = RecoverySweep(services, turns.interventions, workflows)
     return Runtime(backend, services, turns, workflows, recovery)

@@ -9,7 +9,9 @@ user-state change that raises when the engine commits it; "slowflow" makes execu
 for a workflow whose one step sleeps 3 s; "vanish" makes planning end its worker process
 on the spot (counting each run in Redis, see ``vanish_key``); "ponder" makes planning take
 PONDER_S, and "hang" makes retrieving take HANG_S (past a small
-AGENTSTATE_PHASE_TIME_LIMIT).
+AGENTSTATE_PHASE_TIME_LIMIT); "narrate" makes executing emit two events of its own, and
+"misnarrate" emits one and then one with a kind reserved for agentstate (which fails the
+phase).
 """
 
 from __future__ import annotations
@@ -74,6 +76,11 @@ def executing(ctx: PhaseContext) -> PhaseResult:
         time.sleep(STRAGGLE_S)
     elif "unstorable" in ctx.message:
         return PhaseResult("tools_complete", user_state=_broken_change)
+    elif "narrate" in ctx.message:
+        ctx.emit("tool.called", {"tool": "calculator", "attempt": ctx.attempt})
+        if "misnarrate" in ctx.message:
+            ctx.emit("reply", {"text": "forged"})
+        ctx.emit("tool.done")
     elif "slowflow" in ctx.message:
         if ctx.workflow is None:
             return PhaseResult(None, workflow=SLOW_WORKFLOW)

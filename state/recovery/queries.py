@@ -11,6 +11,7 @@ from datetime import datetime
 from sqlalchemy import Engine, and_, or_, select, update
 
 from state.clock import utcnow
+from state.events import revisions
 from state.machine import RESTING_PHASES, Phase
 from state.session import SessionStatus
 from state.sessions.snapshot import InboxState, Snapshot
@@ -92,9 +93,10 @@ def note_redelivery(engine: Engine, session_id: str, phase: str, revision: int |
 
 
 def expire_idle_sessions(engine: Engine, cutoff: datetime) -> int:
-    """Mark sessions resting since before ``cutoff`` as timed out; return how many."""
+    """Mark sessions resting since before ``cutoff`` as timed out, each a new revision
+    with its record and event; return how many."""
     with engine.begin() as conn:
-        result = conn.execute(
+        rows = conn.execute(
             update(sessions)
             .where(
                 sessions.c.phase.in_(tuple(RESTING_PHASES)),
@@ -107,9 +109,15 @@ def expire_idle_sessions(engine: Engine, cutoff: datetime) -> int:
                 )
                 .exists(),
             )
-            .values(status=SessionStatus.TIMEOUT.value, revision=sessions.c.revision + 1)
-        )
-    return int(result.rowcount)
+            .values(
+                status=SessionStatus.TIMEOUT.value,
+                revision=sessions.c.revision + 1,
+                event_seq=sessions.c.event_seq + 1,
+            )
+            .returning(*revisions.BULK_COLUMNS)
+        ).all()
+        revisions.record_bulk(conn, rows, "expire")
+    return len(rows)
 
 
 # -- workflow steps ------------------------------------------------------------

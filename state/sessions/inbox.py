@@ -8,10 +8,11 @@ from sqlalchemy.exc import IntegrityError
 
 from state.clock import as_utc, utcnow
 from state.errors import IdempotencyConflictError, SessionOwnershipError
+from state.events import log
 from state.ids import new_id
 from state.machine import RESTING_PHASES
 from state.sessions.rows import insert_session
-from state.sessions.snapshot import InboxItem, InboxState
+from state.sessions.snapshot import InboxItem, InboxState, NewEvent
 from state.storage.db import read_connection
 from state.storage.tables import inbox, sessions
 
@@ -49,13 +50,19 @@ class Inbox:
     ) -> InboxItem:
         insert_session(conn, session_id, user_id)
         # Taking the row lock here orders inbox sequence numbers by commit, so a turn
-        # never starts a later message while an earlier one is uncommitted.
-        owner, seq, phase, revision = conn.execute(
+        # never starts a later message while an earlier one is uncommitted. The message's
+        # event is numbered here too, unless a key may make it a repeat (then below).
+        numbered = int(key is None)
+        owner, seq, phase, revision, event_seq = conn.execute(
             update(sessions)
             .where(sessions.c.session_id == session_id)
-            .values(inbox_seq=sessions.c.inbox_seq + 1)
+            .values(inbox_seq=sessions.c.inbox_seq + 1, event_seq=sessions.c.event_seq + numbered)
             .returning(
-                sessions.c.user_id, sessions.c.inbox_seq, sessions.c.phase, sessions.c.revision
+                sessions.c.user_id,
+                sessions.c.inbox_seq,
+                sessions.c.phase,
+                sessions.c.revision,
+                sessions.c.event_seq,
             )
         ).one()
         if owner != user_id:
@@ -77,6 +84,12 @@ class Inbox:
                 idempotency_key=key,
             )
         )
+        accepted = NewEvent(log.MESSAGE_ACCEPTED, {"message_id": message_id, "text": text})
+        if numbered:
+            at = (int(revision), str(phase))
+            log.insert_numbered(conn, session_id, [accepted], last=int(event_seq), at=at)
+        else:
+            log.append(conn, session_id, [accepted])
         needs_kick = phase in RESTING_PHASES
         return InboxItem(
             message_id, session_id, int(seq), text, InboxState.QUEUED, now, needs_kick, revision

@@ -8,6 +8,7 @@ from sqlalchemy import Connection, insert, update
 from state.clock import utcnow
 from state.documents.codec import Document
 from state.errors import LockLostError, StaleStateError
+from state.events import revisions
 from state.machine import Phase
 from state.migrate import stamp
 from state.session import SessionState, SessionStatus
@@ -37,23 +38,35 @@ def full_document(snapshot: Snapshot, history: list[Document]) -> Document:
     return doc
 
 
-def insert_session(conn: Connection, session_id: str, user_id: str) -> None:
-    """Create the session's row unless it exists (revision 0, idle, no history)."""
+def insert_session(conn: Connection, session_id: str, user_id: str) -> bool:
+    """Create the session's row unless it exists (revision 0, idle, no history), with the
+    record of its revision 0; True if it was created."""
     now = utcnow()
+    doc = new_document(session_id, user_id)
     stmt = dialect_insert(conn, sessions).values(
         session_id=session_id,
         user_id=user_id,
         phase=Phase.IDLE,
         status=SessionStatus.ACTIVE,
         revision=0,
-        doc=new_document(session_id, user_id),
+        doc=doc,
         message_count=0,
         inbox_seq=0,
+        event_seq=0,
         recoveries=0,
         created_at=now,
         updated_at=now,
     )
-    conn.execute(stmt.on_conflict_do_nothing(index_elements=[sessions.c.session_id]))
+    created = conn.execute(
+        stmt.on_conflict_do_nothing(index_elements=[sessions.c.session_id]).returning(
+            sessions.c.session_id
+        )
+    ).first()
+    if created is None:
+        return False
+    snapshot = Snapshot(session_id, user_id, Phase.IDLE, SessionStatus.ACTIVE, 0, doc, 0)
+    revisions.record_whole(conn, snapshot, "created")
+    return True
 
 
 def insert_messages(

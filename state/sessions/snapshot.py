@@ -67,9 +67,23 @@ class Snapshot:
         )
 
 
+@dataclass(frozen=True)
+class NewEvent:
+    """An event a commit appends to the session's log (the store numbers it)."""
+
+    kind: str
+    data: Document = field(default_factory=dict)
+
+
 @dataclass
 class SessionChange:
-    """Everything one guarded commit writes, in one transaction."""
+    """Everything one guarded commit writes, in one transaction.
+
+    ``events`` are appended to the session's log with it (the store adds the closing
+    ``phase_committed``); ``trigger`` names what made the revision (recorded with it);
+    ``prepare`` runs in the transaction before the session row is locked, to take other
+    rows' locks in the order their own writers take them (workflow, then session).
+    """
 
     phase: str
     status: str
@@ -80,6 +94,9 @@ class SessionChange:
     inbox_state: dict[str, InboxState] = field(default_factory=dict)
     ops: list[TransactionOp] = field(default_factory=list)
     check_inbox: bool = False
+    events: list[NewEvent] = field(default_factory=list)
+    trigger: str | None = None
+    prepare: list[TransactionOp] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

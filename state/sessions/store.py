@@ -27,6 +27,8 @@ from state.errors import (
     MigrationError,
     StaleStateError,
 )
+from state.events import revisions
+from state.events.log import reply_event
 from state.machine import Phase
 from state.migrate import StateMigrator
 from state.session import SessionState, SessionStatus, make_message
@@ -163,7 +165,12 @@ class SessionStore:
         if result.rowcount != 1:
             raise StaleStateError(f"session {snapshot.session_id} changed while migrating")
         logger.info("session %s: state migrated to v%s", snapshot.session_id, migrated["_version"])
-        return replace(snapshot, doc=migrated, message_count=snapshot.message_count + len(history))
+        upgraded = replace(
+            snapshot, doc=migrated, message_count=snapshot.message_count + len(history)
+        )
+        # Later revisions are recorded as changes to this document: it becomes their base.
+        revisions.record_whole(conn, upgraded, "migrated")
+        return upgraded
 
     def _quarantine(self, conn: Connection, snapshot: Snapshot, raw: str, reason: str) -> Snapshot:
         # Keep the bad document for an operator and give the session a fresh one, so
@@ -174,12 +181,18 @@ class SessionStore:
         doc["metadata"]["quarantined"] = reason
         apologies = self._answer_started(conn, snapshot.session_id)
         change = SessionChange(
-            phase=Phase.IDLE, status=SessionStatus.ACTIVE, doc=doc, new_messages=apologies
+            phase=Phase.IDLE,
+            status=SessionStatus.ACTIVE,
+            doc=doc,
+            new_messages=apologies,
+            events=[reply_event(item) for item in apologies],
+            trigger="quarantine",
         )
         doc.update(phase=change.phase, status=change.status)
         if not guarded_update(conn, snapshot, change):
             raise stale(snapshot)
         insert_messages(conn, snapshot.session_id, snapshot.message_count, apologies)
+        revisions.record(conn, snapshot, change)
         logger.error(
             "session %s: stored state is corrupt, quarantined: %s", snapshot.session_id, reason
         )
@@ -305,6 +318,8 @@ class SessionStore:
         The lock is checked last, inside the transaction, right before COMMIT.
         """
         with self.engine.begin() as conn:
+            for op in change.prepare:
+                op(conn)
             if not snapshot.stored:
                 insert_session(conn, snapshot.session_id, change.doc.get("user_id") or "")
             if not guarded_update(conn, snapshot, change):
@@ -314,6 +329,8 @@ class SessionStore:
             for op in change.ops:
                 op(conn)
             queued = change.check_inbox and inbox_rows.has_queued(conn, snapshot.session_id)
+            # Last: an op may have added an event (a workflow it cancelled).
+            revisions.record(conn, snapshot, change)
             if before_commit is not None and not before_commit():
                 raise lock_lost(snapshot)
         return queued

@@ -1,12 +1,12 @@
 """The session store on Postgres: a phase commits in one prepared statement.
 
-The guarded session update, the new history rows and the inbox changes travel as one
-SQL statement (data-modifying CTEs). A middle phase commits in a single round trip, in
-autocommit mode. A phase that ends a turn needs one more statement, in the same
-transaction: the check for queued messages must run after the session row is locked and
-updated, so that a message committed meanwhile is seen (a statement's own snapshot would
-miss it). A commit with extra work (``ops``) or a session's first write takes the
-portable path.
+The guarded session update, the new history rows, the inbox changes, the commit's
+events and its revision record travel as one SQL statement (data-modifying CTEs). A
+middle phase commits in a single round trip, in autocommit mode. A phase that ends a
+turn needs one more statement, in the same transaction: the check for queued messages
+must run after the session row is locked and updated, so that a message committed
+meanwhile is seen (a statement's own snapshot would miss it). A commit with extra work
+(``ops``, ``prepare``) or a session's first write takes the portable path.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from sqlalchemy import Engine
 from state.clock import utcnow
 from state.documents import codec
 from state.documents.codec import Document
+from state.events import log, revisions
 from state.sessions.rows import lock_lost, stale
 from state.sessions.snapshot import InboxState, SessionChange, Snapshot
 from state.sessions.store import SessionStore
@@ -30,9 +31,21 @@ from state.storage.db import autocommit_engine
 _UPDATE = """
 UPDATE sessions SET revision = %(new_revision)s, phase = %(phase)s, status = %(status)s,
     doc = %(doc)s::jsonb, message_count = %(message_count)s, last_task_id = %(task_id)s,
-    deadline_at = %(deadline_at)s, recoveries = 0, updated_at = %(now)s
+    deadline_at = %(deadline_at)s, recoveries = 0, updated_at = %(now)s,
+    event_seq = event_seq + %(event_count)s
 WHERE session_id = %(session_id)s AND revision = %(revision)s
-RETURNING session_id"""
+RETURNING session_id, event_seq"""
+
+# The commit's events (numbered from the counter the update bumped, under its row lock)
+# and its revision record, in the same statement.
+_RECORD = """, e AS (INSERT INTO events (session_id, seq, kind, revision, phase, at, data)
+  SELECT s.session_id, s.event_seq - %(event_count)s + v.n, v.item->>'kind',
+    %(new_revision)s, %(phase)s, %(now)s, v.item->'data'
+  FROM s, jsonb_array_elements(%(events)s::jsonb) WITH ORDINALITY AS v(item, n))
+, r AS (INSERT INTO revisions (session_id, revision, phase, status, trigger, at,
+    message_count, event_seq, doc, patch)
+  SELECT s.session_id, %(new_revision)s, %(phase)s, %(status)s, %(trigger)s, %(now)s,
+    %(message_count)s, s.event_seq, %(rev_doc)s::jsonb, %(rev_patch)s::text FROM s)"""
 
 _QUEUED = prepared.prepare(
     "agentstate_has_queued",
@@ -55,7 +68,7 @@ class PostgresSessionStore(SessionStore):
     def _write(
         self, snapshot: Snapshot, change: SessionChange, before_commit: Callable[[], bool] | None
     ) -> bool:
-        if not snapshot.stored or change.ops:
+        if not snapshot.stored or change.ops or change.prepare:
             return super()._write(snapshot, change, before_commit)
         # The lock is checked just before the one statement; the revision guard in that
         # statement still refuses any writer that lost a race.
@@ -85,7 +98,7 @@ def statement(messages: int, inbox_changes: int) -> prepared.Prepared:
 
     Only placeholder numbers are formatted into the SQL; every value is a bound parameter.
     """
-    parts = [f"WITH s AS ({_UPDATE})"]
+    parts = [f"WITH s AS ({_UPDATE})", _RECORD]
     if messages:
         rows = ", ".join(
             f"(%(seq{i})s::int, %(role{i})s::text, %(content{i})s::text, %(ts{i})s::text, "
@@ -108,6 +121,9 @@ def statement(messages: int, inbox_changes: int) -> prepared.Prepared:
 
 def parameters(snapshot: Snapshot, change: SessionChange) -> Document:
     """The bound parameters of :func:`statement` (values only: never spliced into SQL)."""
+    doc = codec.dumps(change.doc)
+    record = revisions.values_of(snapshot, change, doc)
+    items = [*change.events, log.committed(snapshot.phase, change.trigger)]
     params: dict[str, Any] = {
         "session_id": snapshot.session_id,
         "revision": snapshot.revision,
@@ -115,10 +131,15 @@ def parameters(snapshot: Snapshot, change: SessionChange) -> Document:
         "now": utcnow(),
         "phase": change.phase,
         "status": change.status,
-        "doc": codec.dumps(change.doc),
-        "message_count": snapshot.message_count + len(change.new_messages),
+        "doc": doc,
+        "message_count": record.message_count,
         "task_id": change.task_id,
         "deadline_at": change.deadline_at,
+        "event_count": len(items),
+        "events": log.as_json(items),
+        "trigger": record.trigger,
+        "rev_doc": record.doc,
+        "rev_patch": record.patch,
     }
     for i, item in enumerate(change.new_messages):
         params[f"seq{i}"] = snapshot.message_count + i

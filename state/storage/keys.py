@@ -19,6 +19,16 @@ def session_cache(session_id: str) -> str:
     return f"{PREFIX}:session:{{{session_id}}}:cache"
 
 
+def session_events(session_id: str) -> str:
+    """The pub/sub channel that wakes followers of the session's event log."""
+    return f"{PREFIX}:session:{{{session_id}}}:events"
+
+
+def workflow_events(workflow_id: str) -> str:
+    """The pub/sub channel that wakes those waiting for the workflow to finish."""
+    return f"{PREFIX}:workflow:{{{workflow_id}}}:events"
+
+
 def user_state_cache(user_id: str) -> str:
     """The hot copy of a user's persistent state."""
     return f"{PREFIX}:user:{{{user_id}}}:cache"

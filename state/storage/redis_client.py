@@ -118,8 +118,9 @@ end
 # KEYS[1] cache hash; ARGV rev, payload, ttl_s. Never lets an older revision win.
 CACHE_PUT = _CACHE_WRITE + "return cache_write(KEYS[1], ARGV[1], ARGV[2], ARGV[3])"
 
-# KEYS[1] cache hash, KEYS[2] lock; ARGV rev, payload, ttl_s, token.
-# Write-through after a commit and release, in one round trip. The release comes first
+# KEYS[1] cache hash, KEYS[2] lock; ARGV rev, payload, ttl_s, token, events channel ("":
+# none). Write-through after a commit, the push that wakes the session's event followers,
+# and release, in one round trip. The release comes first
 # and the write cannot fail the script: the lock is freed whatever the cache holds.
 CACHE_PUT_AND_RELEASE = (
     _CACHE_WRITE
@@ -127,6 +128,7 @@ CACHE_PUT_AND_RELEASE = (
 local released = 0
 if redis.call('GET', KEYS[2]) == ARGV[4] then released = redis.call('DEL', KEYS[2]) end
 pcall(cache_write, KEYS[1], ARGV[1], ARGV[2], ARGV[3])
+if ARGV[5] and ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[1]) end
 return released
 """
 )

@@ -94,6 +94,9 @@ class SessionRow(Base):
     doc: Mapped[str] = mapped_column(JSONText, nullable=False)
     message_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     inbox_seq: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    # The seq of the session's last event: bumped under the row lock by every writer that
+    # appends events, so a session's events are numbered 1, 2, 3... without gaps.
+    event_seq: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     last_task_id: Mapped[str | None] = mapped_column(String(255))
     deadline_at: Mapped[float | None] = mapped_column(Float)
     recoveries: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
@@ -234,6 +237,46 @@ class ActionRow(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
+class EventRow(Base):
+    """One event of a session's log, appended in the transaction of the change it tells."""
+
+    __tablename__ = "events"
+
+    session_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(64), nullable=False)
+    revision: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    phase: Mapped[str] = mapped_column(String(32), nullable=False)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    data: Mapped[str] = mapped_column(JSONText, nullable=False)
+
+    # Retention prunes by age.
+    __table_args__ = (Index("ix_events_at", "at"),)
+
+
+class RevisionRow(Base):
+    """One committed revision of a session, kept compactly: the document's changes since
+    the revision before (``patch``), or the whole document (``doc``) every few revisions."""
+
+    __tablename__ = "revisions"
+
+    session_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    revision: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    phase: Mapped[str] = mapped_column(String(32), nullable=False)
+    status: Mapped[str] = mapped_column(String(16), nullable=False)
+    trigger: Mapped[str | None] = mapped_column(String(255))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    # The history at this revision is the messages with seq < message_count.
+    message_count: Mapped[int] = mapped_column(Integer, nullable=False)
+    # The seq of the last event this revision's commit appended.
+    event_seq: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    doc: Mapped[str | None] = mapped_column(JSONText)
+    # JSON text: nothing queries into it, and text is about half the size of JSONB here.
+    patch: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_revisions_at", "at"),)
+
+
 user_state: Table = Base.metadata.tables["user_state"]
 sessions: Table = Base.metadata.tables["sessions"]
 messages: Table = Base.metadata.tables["messages"]
@@ -242,3 +285,5 @@ workflows: Table = Base.metadata.tables["workflows"]
 steps: Table = Base.metadata.tables["workflow_steps"]
 quarantine: Table = Base.metadata.tables["quarantine"]
 actions: Table = Base.metadata.tables["actions"]
+events: Table = Base.metadata.tables["events"]
+revisions: Table = Base.metadata.tables["revisions"]

@@ -10,9 +10,11 @@ from typing import Any
 from state.clock import utcnow
 from state.documents import codec
 from state.documents.codec import Document
+from state.errors import InvalidPayloadError
+from state.events.log import reply_event
 from state.machine import AgentStateMachine, Phase
 from state.session import SessionStatus, make_message
-from state.sessions.snapshot import InboxState, SessionChange, Snapshot
+from state.sessions.snapshot import InboxState, NewEvent, SessionChange, Snapshot
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class Followups:
     deadline: float | None = None
     steps: list[tuple[str, str, int]] = field(default_factory=list)
     user_cache: list[tuple[str, int, Document]] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)  # workflows the commits cancelled
 
 
 class Draft:
@@ -70,6 +73,13 @@ class Draft:
         self.messages: list[Document] = []
         self.inbox: dict[str, InboxState] = {}
         self.ops: list[Callable[[Any], None]] = []
+        self.prepare: list[Callable[[Any], None]] = []
+        # The events this commit appends, the triggers it fired (its record's trigger,
+        # or ``label`` when it fired none), and how many events the handler emitted.
+        self.events: list[NewEvent] = []
+        self.fired: list[str] = []
+        self.label: str | None = None
+        self.emitted = 0
         self.deadline = snap.deadline_at
         self.task_id = task_id
         self.turn_over = False
@@ -86,6 +96,9 @@ class Draft:
             dict(self.metadata),
             list(self.messages),
             dict(self.inbox),
+            list(self.events),
+            list(self.fired),
+            self.label,
         )
 
     def at_checkpoint(self) -> Draft:
@@ -101,11 +114,12 @@ class Draft:
         if self._base is None:
             self.checkpoint()
         assert self._base is not None
-        state, doc, context, metadata, messages, inbox = self._base
+        state, doc, context, metadata, messages, inbox, events, fired, label = self._base
         self.machine.state = state
         self.doc, self.context, self.metadata = dict(doc), dict(context), dict(metadata)
         self.messages, self.inbox = list(messages), dict(inbox)
-        self.ops, self.roots, self.user_writes = [], [], []
+        self.events, self.fired, self.label, self.emitted = list(events), list(fired), label, 0
+        self.ops, self.prepare, self.roots, self.user_writes = [], [], [], []
         self.deadline = self.snap.deadline_at
 
     @property
@@ -116,6 +130,7 @@ class Draft:
     def fire(self, trigger: str) -> None:
         """Fire a trigger; the turn's path records where it went."""
         self.machine.trigger(trigger)
+        self.fired.append(str(trigger))
         turn = dict(self.metadata.get("turn") or {})
         turn["path"] = [*turn.get("path", []), self.machine.state]
         self.metadata["turn"] = turn
@@ -123,10 +138,21 @@ class Draft:
     def reply(self, text: str, **metadata: Any) -> None:
         """Answer the turn's message and end the turn."""
         message_id = self.context.get("message_id")
-        self.messages.append(make_message("assistant", text, {"reply_to": message_id, **metadata}))
+        message = make_message("assistant", text, {"reply_to": message_id, **metadata})
+        self.messages.append(message)
+        self.events.append(reply_event(message))
         if message_id:
             self.inbox[message_id] = InboxState.ANSWERED
         self.turn_over = True
+
+    def emit(self, event: NewEvent, limit: int) -> None:
+        """Add an event the handler emitted (at most ``limit`` per phase)."""
+        if self.emitted >= limit:
+            raise InvalidPayloadError(
+                f"a phase may emit at most {limit} events (AGENTSTATE_MAX_EVENTS_PER_PHASE)"
+            )
+        self.emitted += 1
+        self.events.append(event)
 
     def status(self) -> SessionStatus:
         """SessionStatus for the new phase: paused while waiting for a clarification."""
@@ -153,4 +179,8 @@ class Draft:
             inbox_state=self.inbox,
             ops=self.ops,
             check_inbox=self.turn_over,
+            # The same list: an op may add an event when it runs (a workflow it cancelled).
+            events=self.events,
+            trigger="+".join(self.fired) or self.label,
+            prepare=self.prepare,
         )

@@ -28,6 +28,7 @@ from state.errors import (
     StateLockAcquisitionError,
     UnstorableResultError,
 )
+from state.events.log import WORKFLOW_FINISHED, custom_event
 from state.lock import LockHandle
 from state.machine import RESTING_PHASES, Phase, Trigger
 from state.recovery.queries import note_redelivery
@@ -102,6 +103,8 @@ class TurnEngine:
         finally:
             if not published:
                 sync.release(handle)
+                if held.outcome.phases:  # committed, then failed: still wake followers
+                    self.services.notifier.session(delivery.session_id)
 
     def _run_locked(self, delivery: Delivery, held: _Held) -> Snapshot | None:
         for entry in (held.entry, None):
@@ -316,6 +319,13 @@ class TurnEngine:
             attempt=int(draft.context.get("attempt", 1)),
             history_reader=lambda n: sessions.history(snap.session_id, last=n),
             user_state_reader=lambda: users.load_user_state(snap.user_id),
+            event_sink=partial(self._emit, draft),
+        )
+
+    def _emit(self, draft: Draft, kind: str, data: Document | None) -> None:
+        settings = self.services.settings
+        draft.emit(
+            custom_event(kind, data, settings.max_event_bytes), settings.max_events_per_phase
         )
 
     def _finished_workflow(self, draft: Draft) -> Document | None:
@@ -326,6 +336,9 @@ class TurnEngine:
 
     def _after_commit(self, draft: Draft, followups: Followups) -> None:
         followups.steps.extend(draft.roots)
+        followups.finished.extend(
+            str(e.data["workflow_id"]) for e in draft.events if e.kind == WORKFLOW_FINISHED
+        )
         followups.user_cache.extend(draft.user_writes)
         if draft.phase == Phase.EXECUTING and draft.roots:
             # Waiting on a workflow: an in-process alarm rings the deadline check.
@@ -337,6 +350,8 @@ class TurnEngine:
             self.services.cache.put(keys.user_state_cache(user_id), revision, doc)
         for workflow_id, step_id, revision in followups.steps:
             dispatcher.step(workflow_id, step_id, revision)
+        for workflow_id in followups.finished:
+            self.services.notifier.workflow(workflow_id)
         if followups.deadline is not None:
             ring_at(session_id, followups.deadline, dispatcher)
         if followups.phase is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from state.errors import NotFoundError, StaleStateError
+from state.events.log import WORKFLOW_FINISHED
 from state.machine import RESTING_PHASES, Phase, Trigger
 from state.sessions.snapshot import Snapshot
 from state.turns import rules
@@ -92,6 +93,11 @@ class TurnInterventions:
         if holder is not None:
             sync.release_state_lock(snap.session_id, holder)
         sessions.publish(result.snapshot)
+        notifier = self.services.notifier
+        notifier.session(snap.session_id)
+        for event in draft.events:
+            if event.kind == WORKFLOW_FINISHED:
+                notifier.workflow(str(event.data["workflow_id"]))
         if result.queued:
             self.services.dispatcher.phase(
                 Phase.UNDERSTANDING, snap.session_id, result.snapshot.revision

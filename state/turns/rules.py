@@ -15,13 +15,14 @@ from state.agent import PhaseResult
 from state.clock import utcnow
 from state.documents.codec import Document, require_object
 from state.errors import InvalidTransitionError, UnstorableResultError, UserStateTooLargeError
+from state.events import log
 from state.machine import Phase, Trigger
 from state.session import make_message
-from state.sessions.snapshot import InboxItem, InboxState
+from state.sessions.snapshot import InboxItem, InboxState, NewEvent
 from state.storage import user_rows
 from state.turns.draft import Draft
 from state.workflow import SpecLimits, parse_spec
-from state.workflows.control import cancel_in
+from state.workflows.control import cancel_in, lock_workflow
 from state.workflows.store import insert_workflow
 
 MAX_EXECUTION_ATTEMPTS = 3
@@ -48,6 +49,7 @@ def start_turn(draft: Draft, item: InboxItem) -> None:
         draft.doc[key] = []
     draft.messages.append(make_message("user", item.text, {"message_id": item.message_id}))
     draft.inbox[item.message_id] = InboxState.STARTED
+    draft.events.append(NewEvent(log.TURN_STARTED, {"message_id": item.message_id}))
 
 
 def apply_result(
@@ -120,6 +122,8 @@ def _wait_for_workflow(
         draft.roots.extend((wf.workflow_id, step_id, rev) for step_id, rev in roots)
 
     draft.ops.append(create)
+    draft.events.append(NewEvent(log.WORKFLOW_STARTED, {"workflow_id": wf.workflow_id}))
+    draft.label = "wait_for_workflow"
     draft.context["workflow_id"] = wf.workflow_id
     kept = [*draft.metadata.get("workflows", []), wf.workflow_id][-_WORKFLOWS_KEPT:]
     draft.metadata["workflows"] = kept
@@ -156,12 +160,13 @@ def fail_turn(draft: Draft, trigger: Trigger | None, reply: str, cause: str) -> 
     failed_in = draft.phase  # after the rollback: the phase whose work failed
     if trigger is not None:
         draft.fire(trigger)
-    draft.metadata["last_error"] = {
+    error = {
         "cause": "timeout" if trigger == Trigger.TIMEOUT else "error",
         "detail": cause[:500],
         "phase": failed_in,
-        "at": utcnow().isoformat(),
     }
+    draft.metadata["last_error"] = {**error, "at": utcnow().isoformat()}
+    draft.events.append(NewEvent(log.TURN_FAILED, error))
     recover(draft, reply)
 
 
@@ -178,6 +183,8 @@ def cancel_turn(draft: Draft) -> None:
     draft.metadata["turn"] = {**draft.metadata.get("turn", {}), "cancelled": True}
     draft.fire(Trigger.RESET)
     draft.deadline = None
+    message_id = draft.context.get("message_id")
+    draft.events.append(NewEvent(log.TURN_CANCELLED, {"message_id": message_id}))
     draft.reply(CANCELLED_REPLY, kind="cancelled")
 
 
@@ -187,9 +194,18 @@ def cancel_waited_workflow(draft: Draft) -> None:
     if not workflow_id or draft.snap.phase != Phase.EXECUTING:
         return
 
-    def cancel(conn: Any) -> None:
-        cancel_in(conn, str(workflow_id))
+    def lock(conn: Any) -> None:
+        # The workflow's row before the session's: the order a finishing workflow takes
+        # them in (it appends its event to the session), so the two never deadlock.
+        lock_workflow(conn, str(workflow_id))
 
+    def cancel(conn: Any) -> None:
+        finished = cancel_in(conn, str(workflow_id))
+        if finished is not None:
+            data = {"workflow_id": finished.workflow_id, "status": finished.status}
+            draft.events.append(NewEvent(log.WORKFLOW_FINISHED, data))
+
+    draft.prepare.append(lock)
     draft.ops.append(cancel)
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from config import HopPolicy, Settings
 from state.dispatch import Dispatcher
+from state.events.push import Notifier
 from state.lock import DistributedStateSync
 from state.machine import RESTING_PHASES, WORK_PHASES, Phase
 from state.sessions.inbox import Inbox
@@ -33,6 +34,7 @@ class TurnServices:
     cache: StateCache
     dispatcher: Dispatcher
     known_actions: Callable[[], Iterable[str]]
+    notifier: Notifier
 
     @classmethod
     def build(
@@ -54,6 +56,7 @@ class TurnServices:
             cache=backend.cache,
             dispatcher=dispatcher,
             known_actions=known_actions,
+            notifier=Notifier(backend.redis, settings.events),
         )
 
     @property

@@ -13,6 +13,8 @@ from sqlalchemy import Connection, select, update
 
 from state.clock import utcnow
 from state.documents import codec
+from state.events import log
+from state.sessions.snapshot import NewEvent
 from state.storage.tables import steps, workflows
 from state.workflow import WorkflowStatus, WorkflowStepStatus
 from state.workflows.records import Dispatch, Finished
@@ -21,6 +23,16 @@ CANCELLED = "cancelled"
 _OPEN = (WorkflowStepStatus.PENDING, WorkflowStepStatus.RUNNING, WorkflowStepStatus.RETRYING)
 _RERUN = (WorkflowStepStatus.FAILED, WorkflowStepStatus.SKIPPED)
 _RETRYABLE = (WorkflowStatus.FAILED, WorkflowStatus.CANCELLED)
+
+
+def lock_workflow(conn: Connection, workflow_id: str) -> None:
+    """Take the workflow row's lock inside ``conn``'s transaction (a no-op on SQLite,
+    whose writers hold the whole database)."""
+    conn.execute(
+        select(workflows.c.workflow_id)
+        .where(workflows.c.workflow_id == workflow_id)
+        .with_for_update()
+    )
 
 
 def cancel_in(conn: Connection, workflow_id: str) -> Finished | None:
@@ -48,6 +60,14 @@ def cancel_in(conn: Connection, workflow_id: str) -> Finished | None:
         )
     )
     return Finished(workflow_id, WorkflowStatus.CANCELLED, row.session_id, row.resume_revision)
+
+
+def tell_session(conn: Connection, finished: Finished) -> None:
+    """Append ``workflow_finished`` to the log of the session the workflow belongs to (if
+    any), inside ``conn``'s transaction: after the workflow's row, the session's."""
+    if finished.session_id:
+        data = {"workflow_id": finished.workflow_id, "status": finished.status}
+        log.append(conn, finished.session_id, [NewEvent(log.WORKFLOW_FINISHED, data)])
 
 
 def retry_in(conn: Connection, workflow_id: str) -> list[Dispatch] | None:

@@ -22,6 +22,7 @@ from state.errors import (
     StepOutputTooLargeError,
     WorkflowIdConflictError,
 )
+from state.events.push import Notifier
 from state.machine import Phase
 from state.ticker import Ticker
 from state.workflow import SpecLimits, WorkflowState, parse_spec
@@ -63,11 +64,13 @@ class WorkflowEngine:
         dispatcher: Dispatcher,
         actions: ActionLookup,
         settings: Settings,
+        notifier: Notifier | None = None,
     ) -> None:
         self.store = store
         self.dispatcher = dispatcher
         self.actions = actions
         self.settings = settings
+        self.notifier = notifier
 
     def validate(self, spec: object, known_actions: Iterable[str]) -> WorkflowState:
         """The workflow a spec describes, fully checked; nothing is stored."""
@@ -215,9 +218,14 @@ class WorkflowEngine:
         return "failed"
 
     def follow(self, completion: Completion) -> None:
-        """Dispatch what a completion made ready, and wake a waiting session."""
+        """Dispatch what a completion made ready, and wake a waiting session (and those
+        waiting for the workflow, or following the session's events)."""
         for step_id, revision in completion.ready:
             self.dispatcher.step(completion.workflow_id, step_id, revision)
         finished = completion.finished
+        if finished and self.notifier is not None:
+            self.notifier.workflow(finished.workflow_id)
+            if finished.session_id:
+                self.notifier.session(finished.session_id)
         if finished and finished.session_id and finished.resume_revision is not None:
             self.dispatcher.phase(Phase.EXECUTING, finished.session_id, finished.resume_revision)

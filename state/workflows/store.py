@@ -166,7 +166,10 @@ class WorkflowStore(WorkflowReads):
     def cancel_workflow(self, workflow_id: str) -> Finished | None:
         """Cancel a running workflow in one transaction; None if it was not running."""
         with self.engine.begin() as conn:
-            return control.cancel_in(conn, workflow_id)
+            finished = control.cancel_in(conn, workflow_id)
+            if finished is not None:
+                control.tell_session(conn, finished)
+            return finished
 
     def retry_workflow(self, workflow_id: str) -> list[Dispatch] | None:
         """Reopen a failed or cancelled workflow in one transaction; return the steps ready
@@ -314,7 +317,9 @@ class WorkflowStore(WorkflowReads):
             .where(workflows.c.workflow_id == workflow_id)
             .values(status=status, finished_at=utcnow())
         )
-        return Finished(workflow_id, status, row.session_id, row.resume_revision)
+        finished = Finished(workflow_id, status, row.session_id, row.resume_revision)
+        control.tell_session(conn, finished)
+        return finished
 
     # -- recovery --------------------------------------------------------------
 

@@ -4,7 +4,8 @@
 - claim: running at revision + 1, returning the step and its dependencies' outputs;
 - succeed: success at revision + 1, dependents' unfinished counts decremented (row locks
   make concurrent siblings count down one after the other), the workflow's counters
-  updated, and the dependents that reached zero returned.
+  updated, the dependents that reached zero returned, and, when that was the last step
+  of a session's workflow, ``workflow_finished`` appended to the session's event log.
 """
 
 from __future__ import annotations
@@ -61,6 +62,15 @@ WITH s AS (
       finished_at = CASE WHEN remaining_steps = 1 THEN %(now)s ELSE finished_at END
   WHERE workflow_id = %(workflow_id)s AND EXISTS (SELECT 1 FROM s)
   RETURNING remaining_steps, status, session_id, resume_revision
+), se AS (
+  UPDATE sessions SET event_seq = sessions.event_seq + 1
+  FROM w WHERE w.remaining_steps = 0 AND sessions.session_id = w.session_id
+  RETURNING sessions.session_id, sessions.event_seq, sessions.revision, sessions.phase, w.status
+), ev AS (
+  INSERT INTO events (session_id, seq, kind, revision, phase, at, data)
+  SELECT session_id, event_seq, 'workflow_finished', revision, phase, %(now)s,
+    jsonb_build_object('workflow_id', %(workflow_id)s::text, 'status', status)
+  FROM se
 )
 SELECT (SELECT count(*) FROM s),
   (SELECT coalesce(json_agg(json_build_array(step_id, revision)), '[]'::json)::text

@@ -49,8 +49,10 @@ def test_the_readme_quotes_the_examples_as_they_are() -> None:
     # A README block that starts with "# examples/NAME.py" is a verbatim part of that file.
     blocks = re.findall(r"```python\n# (examples/\w+\.py)\n(.*?)```", README.read_text(), re.S)
     assert sorted(name for name, _ in blocks) == [
+        "examples/follow_events.py",
         "examples/shout_agent.py",
         "examples/text_actions.py",
+        "examples/time_travel.py",
     ]
     for name, code in blocks:
         assert code.strip() in (REPO / name).read_text(), name

@@ -84,4 +84,13 @@ def assert_answered_exactly_once(client: AgentClient, sent: dict[str, list[str]]
             a, b = map(int, re.findall(r"\d+", question["content"]))
             assert reply["content"] == f"{a}*{b} = {a * b}", (question, reply)
             answered += 1
+        assert_log_matches(client, session_id, len(questions))
     return answered
+
+
+def assert_log_matches(client: AgentClient, session_id: str, questions: int) -> None:
+    """The session's event log has no gap and tells each message and reply once."""
+    found = list(client.events(session_id))
+    assert [e["seq"] for e in found] == list(range(1, len(found) + 1)), session_id
+    told = [e["kind"] for e in found]
+    assert told.count("message_accepted") == told.count("reply") == questions, session_id

@@ -1,5 +1,6 @@
 """The Postgres session store's one-statement write and the portable write leave the
-same rows behind, for every shape of commit a turn makes."""
+same rows behind (events and revision records included), for every shape of commit a
+turn makes."""
 
 from __future__ import annotations
 
@@ -15,15 +16,16 @@ from state.errors import StaleStateError
 from state.machine import Phase
 from state.session import SessionStatus, make_message
 from state.sessions.inbox import Inbox
-from state.sessions.snapshot import InboxState, SessionChange, Snapshot
+from state.sessions.snapshot import InboxState, NewEvent, SessionChange, Snapshot
 from state.sessions.store import SessionStore
 from state.sessions.store_postgres import PostgresSessionStore
 from state.storage.backend import Backend
 from state.storage.prepared import UNPREPARED
-from state.storage.tables import inbox, messages, sessions
+from state.storage.tables import events, inbox, messages, revisions, sessions
 from tests.support import uid
 
-_VOLATILE = {"session_id", "updated_at", "created_at", "message_id", "timestamp", "id"}
+_VOLATILE = {"session_id", "updated_at", "created_at", "message_id", "timestamp", "id", "at"}
+_JSON_COLUMNS = ("doc", "data", "patch")
 
 
 def _turn(store: SessionStore, inbox_: Inbox, session_id: str) -> None:
@@ -48,15 +50,19 @@ def _turn(store: SessionStore, inbox_: Inbox, session_id: str) -> None:
     ]
     for fields in steps:
         doc = {**snap.doc, "context_window": {"step": str(fields["phase"])}}
-        change = SessionChange(status=SessionStatus.ACTIVE, doc=doc, **fields)
+        events = [NewEvent("step", {"phase": str(fields["phase"])})]
+        change = SessionChange(
+            status=SessionStatus.ACTIVE, doc=doc, events=events, trigger="t", **fields
+        )
         snap = store.commit(snap, change).snapshot
 
 
 def _rows(backend: Backend, session_id: str) -> dict[str, Any]:
     def plain(row: Any) -> dict[str, Any]:
         data = {k: v for k, v in row._mapping.items() if k not in _VOLATILE}
-        if "doc" in data:
-            data["doc"] = {k: v for k, v in _loads(data["doc"]).items() if k not in _VOLATILE}
+        for column in _JSON_COLUMNS:
+            if data.get(column) is not None:
+                data[column] = _stripped(_loads(data[column]))
         return data
 
     with backend.engine.connect() as conn:
@@ -69,8 +75,14 @@ def _rows(backend: Backend, session_id: str) -> dict[str, Any]:
                     .order_by(*table.primary_key)
                 )
             ]
-            for table in (sessions, messages, inbox)
+            for table in (sessions, messages, inbox, events, revisions)
         }
+
+
+def _stripped(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _stripped(v) for k, v in value.items() if k not in _VOLATILE}
+    return value
 
 
 def _loads(raw: str) -> dict[str, Any]:
@@ -91,6 +103,16 @@ def test_both_write_paths_leave_the_same_rows(pg_settings: Settings) -> None:
     left, right = _rows(backend, first), _rows(backend, second)
     assert left["sessions"][0]["revision"] == 3
     assert len(left["messages"]) == 2
+    # message_accepted, then each commit's own event and its closing phase_committed.
+    assert [e["kind"] for e in left["events"]] == [
+        "message_accepted",
+        *["step", "phase_committed"] * 3,
+    ]
+    assert [e["seq"] for e in left["events"]] == list(range(1, 8))
+    assert left["sessions"][0]["event_seq"] == 7
+    assert [r["revision"] for r in left["revisions"]] == [0, 1, 2, 3]
+    assert left["revisions"][0]["doc"] is not None  # revision 0: the whole document
+    assert all(r["patch"] is not None for r in left["revisions"][1:])  # then the changes
     assert left == right
 
 

@@ -1,0 +1,170 @@
+"""Reading a session's past: its events (followed live, woken by the push) and the
+session as it was at any kept revision."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import redis
+from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from config import redact_url
+from state.documents.codec import Document
+from state.errors import InvalidPayloadError, NotFoundError
+from state.events import log
+from state.events.push import FALLBACK_POLL_S, Waiter
+from state.events.revisions import PastRevision, at_revision, listing
+from state.migrate import StateMigrator
+from state.sessions.rows import full_document
+from state.sessions.snapshot import Snapshot
+from state.sessions.store import SessionStore
+from state.storage import keys
+from state.storage.db import read_connection
+from state.storage.tables import events, sessions
+
+logger = logging.getLogger(__name__)
+
+PAGE = 500
+_migrator = StateMigrator()
+
+
+def unknown(session_id: str) -> NotFoundError:
+    """The error for a session that does not exist (or is not the caller's to read)."""
+    return NotFoundError(f"unknown session {session_id!r}")
+
+
+def whole_number(value: object, name: str) -> int:
+    """``value`` if it is an int >= 0 (not a bool), else InvalidPayloadError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidPayloadError(f"{name} must be a whole number >= 0, got {value!r}")
+    return value
+
+
+class EventFeed:
+    """A session's events and revisions, read from the database."""
+
+    def __init__(self, engine: Engine, client: redis.Redis, push: bool = True) -> None:
+        self.engine = engine
+        self.redis = client
+        self.push = push
+
+    def owner(self, session_id: str) -> tuple[str, int] | None:
+        """The session's user and current revision (None: no such session)."""
+        with read_connection(self.engine) as conn:
+            row = conn.execute(
+                select(sessions.c.user_id, sessions.c.revision).where(
+                    sessions.c.session_id == session_id
+                )
+            ).first()
+        return None if row is None else (str(row[0]), int(row[1]))
+
+    def require(self, session_id: str, user_id: str | None) -> tuple[str, int]:
+        """:meth:`owner`, or NotFoundError for an unknown session or another user's."""
+        found = self.owner(session_id)
+        if found is None or (user_id is not None and found[0] != user_id):
+            raise unknown(session_id)
+        return found
+
+    # -- events ----------------------------------------------------------------
+
+    def events(
+        self, session_id: str, after: int, follow: bool, timeout: float | None
+    ) -> Iterator[Document]:
+        """The session's events with ``seq > after``, in order; with ``follow``, then the
+        new ones as they commit, until ``timeout`` seconds have passed (None: forever)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not follow:
+            yield from self._pages(session_id, after)
+            return
+        channel = keys.session_events(session_id)
+        with Waiter(self.redis, [channel], self.push) as waiter:
+            while True:
+                for event in self._pages(session_id, after, tolerant=True):
+                    after = event["seq"]
+                    yield event
+                remaining = FALLBACK_POLL_S if deadline is None else deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                waiter.wait(remaining)
+
+    def _pages(self, session_id: str, after: int, tolerant: bool = False) -> Iterator[Document]:
+        while True:
+            try:
+                with read_connection(self.engine) as conn:
+                    page = log.read(conn, session_id, after, PAGE)
+            except (OperationalError, InterfaceError) as exc:
+                if not tolerant:
+                    raise
+                # Following outlives a database restart: look again on the next wake.
+                logger.warning("database unreachable while following: %s", redact_url(str(exc)))
+                return
+            yield from page
+            if len(page) < PAGE:
+                return
+            after = page[-1]["seq"]
+
+    # -- revisions -------------------------------------------------------------
+
+    def revisions(self, session_id: str) -> list[Document]:
+        """``{revision, phase, trigger, at}`` of each kept revision, oldest first."""
+        with read_connection(self.engine) as conn:
+            return listing(conn, session_id)
+
+    def session_at(self, store: SessionStore, session_id: str, revision: int) -> Document:
+        """The session as it was when ``revision`` was committed: its document, its history
+        up to then and how many messages were queued then."""
+        found = self.owner(session_id)
+        if found is None:
+            raise unknown(session_id)
+        user_id, current = found
+        if revision > current:
+            raise NotFoundError(
+                f"session {session_id} has no revision {revision} (it is at {current})"
+            )
+        with read_connection(self.engine) as conn:
+            past = at_revision(conn, session_id, revision)
+            if past is None:
+                raise NotFoundError(
+                    f"revision {revision} of session {session_id} is not kept "
+                    "(older than AGENTSTATE_EVENTS_RETAIN_DAYS, or made before the event log)"
+                )
+            queued = _queued_at(conn, session_id, past)
+        snapshot = Snapshot(
+            session_id=session_id,
+            user_id=user_id,
+            phase=past.phase,
+            status=past.status,
+            revision=past.revision,
+            doc=_current_schema(past.doc),
+            message_count=past.message_count,
+        )
+        doc = full_document(snapshot, store.history(session_id, before_seq=past.message_count))
+        doc["queued"] = queued
+        return doc
+
+
+def _current_schema(doc: Document) -> Document:
+    if _migrator.needs_migration(doc):
+        doc = _migrator.migrate(doc)
+    doc.pop("message_history", None)
+    return doc
+
+
+def _queued_at(conn: Connection, session_id: str, past: PastRevision) -> int:
+    """Messages waiting when the revision was committed: accepted before its commit's
+    events, and not yet taken by a turn that started at or before it."""
+    accepted = func.count().filter(
+        events.c.kind == log.MESSAGE_ACCEPTED, events.c.seq <= past.event_seq
+    )
+    started = func.count().filter(
+        events.c.kind == log.TURN_STARTED, events.c.revision <= past.revision
+    )
+    row = conn.execute(
+        select(accepted, started).where(
+            events.c.session_id == session_id, events.c.seq <= past.event_seq
+        )
+    ).one()
+    return max(0, int(row[0]) - int(row[1]))

@@ -1,0 +1,89 @@
+"""A session's timeline for apps, mixed into ``tasks.client.AgentClient``: its events
+(followed live), its revisions, and forks of it at any kept revision.
+
+Every committed change of a session appends events in its own transaction, so the log
+says exactly what the database holds: it is read from the database, never from Redis (a
+flushed Redis changes no answer), and the push through Redis only says when to look.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from config import Settings
+from state.documents.codec import Document
+from state.errors import InvalidPayloadError
+from state.events.feed import EventFeed, whole_number
+from state.events.fork import fork_session
+from state.ids import validate_id
+from state.storage.backend import Backend
+
+
+class Timeline:
+    """The events-and-time-travel half of AgentClient (see the module docstring)."""
+
+    settings: Settings
+    backend: Backend
+    feed: EventFeed
+
+    def events(
+        self,
+        session_id: str,
+        after: int = 0,
+        follow: bool = False,
+        timeout: float | None = None,
+        user_id: str | None = None,
+    ) -> Iterator[Document]:
+        """The session's events with ``seq > after``, in ``seq`` order:
+        ``{seq, kind, revision, phase, at, data}``.
+
+        With ``follow``, keep yielding new events as they commit (woken by a push, not
+        by polling) until ``timeout`` seconds have passed (None: until the caller stops
+        iterating). Resume after a disconnect with ``after=`` the last seq seen: nothing
+        is lost or repeated. With ``user_id``, another user's session is unknown.
+
+        Raises NotFoundError (before iterating) for an unknown session.
+        """
+        validate_id(session_id, "session")
+        whole_number(after, "after")
+        if user_id is not None:
+            validate_id(user_id, "user")
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or math.isnan(timeout)
+            or timeout < 0
+        ):
+            raise InvalidPayloadError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        self.feed.require(session_id, user_id)
+        return self.feed.events(session_id, after, follow, timeout)
+
+    def revisions(self, session_id: str, user_id: str | None = None) -> list[Document]:
+        """``{revision, phase, trigger, at}`` of each kept revision, oldest first.
+
+        ``trigger`` names what made the revision: the FSM triggers its commit fired
+        (``"receive_input+intent_clear"``), or ``created``, ``fork``, ``expire``,
+        ``wait_for_workflow``, ``quarantine``, ``update``.
+        """
+        validate_id(session_id, "session")
+        if user_id is not None:
+            validate_id(user_id, "user")
+        self.feed.require(session_id, user_id)
+        return self.feed.revisions(session_id)
+
+    def fork_session(
+        self, session_id: str, revision: int, new_session_id: str, user_id: str | None = None
+    ) -> str:
+        """A new session of the same user with the state and history ``session_id`` had
+        at ``revision``, resting (``idle``), its log starting with a ``forked`` event
+        naming the source; the source is unchanged. Returns ``new_session_id``.
+
+        Raises NotFoundError (unknown session or revision), SessionExistsError.
+        """
+        validate_id(session_id, "session")
+        validate_id(new_session_id, "session")
+        whole_number(revision, "revision")
+        if user_id is not None:
+            validate_id(user_id, "user")
+        return fork_session(self.backend.engine, session_id, revision, new_session_id, user_id)
