@@ -52,6 +52,7 @@ from tasks.cli_support import (
     unknown,
     whole_number,
 )
+from tasks.cli_timeline import add_timeline
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -137,33 +138,7 @@ def _add_session(sub: Any) -> None:
     show.add_argument(
         "--revision", type=whole_number, metavar="N", help="the session as it was at revision N"
     )
-    _add_timeline(session_sub)
-
-
-def _add_timeline(session_sub: Any) -> None:
-    events = command(
-        session_sub,
-        "events",
-        cmd_session_events,
-        "print a session's events; with --follow, new ones as they happen "
-        "(with --json, one JSON object per line)",
-    )
-    events.add_argument("session_id", metavar="SESSION_ID")
-    events.add_argument(
-        "--after", type=whole_number, default=0, metavar="N", help="only events after seq N"
-    )
-    events.add_argument("--follow", action="store_true", help="wait for new events")
-    events.add_argument(
-        "--timeout", type=positive_seconds, help="stop following after this many seconds"
-    )
-    history = command(session_sub, "history", cmd_session_history, "list a session's revisions")
-    history.add_argument("session_id", metavar="SESSION_ID")
-    fork = command(
-        session_sub, "fork", cmd_session_fork, "a new session as another was at a revision"
-    )
-    fork.add_argument("session_id", metavar="SESSION_ID")
-    fork.add_argument("--at", type=whole_number, required=True, metavar="N", help="the revision")
-    fork.add_argument("--to", required=True, metavar="NEW_SESSION_ID", help="the new session")
+    add_timeline(session_sub)
 
 
 def _add_user(sub: Any) -> None:
@@ -229,42 +204,6 @@ def cmd_session_show(args: argparse.Namespace) -> None:
     if doc is None:
         raise unknown("session", args.session_id)
     emit(args, doc, lambda: progress.print_session(doc))
-
-
-def cmd_session_events(args: argparse.Namespace) -> None:
-    """Print a session's events (and follow them)."""
-    validate_id(args.session_id, "session")
-    client = reader()
-    if client.feed.owner(args.session_id) is None:
-        raise unknown("session", args.session_id)
-    found = client.events(args.session_id, args.after, args.follow, args.timeout)
-    if args.json and not args.follow:
-        print(json.dumps(list(found), indent=2, default=str))
-        return
-    for event in found:
-        line = json.dumps(event, default=str) if args.json else progress.event_line(event)
-        print(line, flush=True)
-
-
-def cmd_session_history(args: argparse.Namespace) -> None:
-    """List a session's revisions."""
-    validate_id(args.session_id, "session")
-    client = reader()
-    if client.feed.owner(args.session_id) is None:
-        raise unknown("session", args.session_id)
-    found = client.revisions(args.session_id)
-    emit(args, found, lambda: progress.print_revisions(found))
-
-
-def cmd_session_fork(args: argparse.Namespace) -> None:
-    """Fork a session at a revision."""
-    validate_id(args.session_id, "session")
-    client = reader()
-    if client.feed.owner(args.session_id) is None:
-        raise unknown("session", args.session_id)
-    new_id = client.fork_session(args.session_id, args.at, args.to)
-    data = {"session_id": new_id, "forked_from": args.session_id, "revision": args.at}
-    emit(args, data, lambda: print(new_id))
 
 
 def cmd_user_show(args: argparse.Namespace) -> None:

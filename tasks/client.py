@@ -247,8 +247,13 @@ def _wait(
     waiter: Waiter,
 ) -> Document:
     """Call ``check`` whenever ``waiter`` wakes until it returns something, or time out.
-    The waiter subscribes before the first check, so no push after it is missed."""
+    The waiter subscribes before the check that may wait, so no push after it is missed
+    (what is already there is found without subscribing)."""
     deadline = time.monotonic() + timeout
+    with _outage_tolerated():
+        found = check()
+        if found is not None:
+            return found
     with waiter:
         while True:
             with _outage_tolerated():

@@ -1,0 +1,74 @@
+"""The command line's timeline commands: ``session events``, ``session history`` and
+``session fork`` (``session show --revision`` is in ``tasks.cli``). They report errors,
+``--json`` and exit codes exactly as the other commands do."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from state.ids import validate_id
+from tasks import progress
+from tasks.cli_support import command, emit, positive_seconds, reader, unknown, whole_number
+
+
+def add_timeline(session_sub: Any) -> None:
+    """Add the timeline commands to the ``session`` group."""
+    events = command(
+        session_sub,
+        "events",
+        cmd_session_events,
+        "print a session's events; with --follow, new ones as they happen "
+        "(with --json, one JSON object per line)",
+    )
+    events.add_argument("session_id", metavar="SESSION_ID")
+    events.add_argument(
+        "--after", type=whole_number, default=0, metavar="N", help="only events after seq N"
+    )
+    events.add_argument("--follow", action="store_true", help="wait for new events")
+    events.add_argument(
+        "--timeout", type=positive_seconds, help="stop following after this many seconds"
+    )
+    history = command(session_sub, "history", cmd_session_history, "list a session's revisions")
+    history.add_argument("session_id", metavar="SESSION_ID")
+    fork = command(
+        session_sub, "fork", cmd_session_fork, "a new session as another was at a revision"
+    )
+    fork.add_argument("session_id", metavar="SESSION_ID")
+    fork.add_argument("--at", type=whole_number, required=True, metavar="N", help="the revision")
+    fork.add_argument("--to", required=True, metavar="NEW_SESSION_ID", help="the new session")
+
+
+def _session_reader(session_id: str) -> Any:
+    """A read-only client, after checking that ``session_id`` names a session."""
+    validate_id(session_id, "session")
+    agent = reader()
+    if agent.feed.owner(session_id) is None:
+        raise unknown("session", session_id)
+    return agent
+
+
+def cmd_session_events(args: argparse.Namespace) -> None:
+    """Print a session's events (and follow them)."""
+    client = _session_reader(args.session_id)
+    found = client.events(args.session_id, args.after, args.follow, args.timeout)
+    if args.json and not args.follow:
+        print(json.dumps(list(found), indent=2, default=str))
+        return
+    for event in found:
+        line = json.dumps(event, default=str) if args.json else progress.event_line(event)
+        print(line, flush=True)
+
+
+def cmd_session_history(args: argparse.Namespace) -> None:
+    """List a session's revisions."""
+    found = _session_reader(args.session_id).revisions(args.session_id)
+    emit(args, found, lambda: progress.print_revisions(found))
+
+
+def cmd_session_fork(args: argparse.Namespace) -> None:
+    """Fork a session at a revision."""
+    new_id = _session_reader(args.session_id).fork_session(args.session_id, args.at, args.to)
+    data = {"session_id": new_id, "forked_from": args.session_id, "revision": args.at}
+    emit(args, data, lambda: print(new_id))
