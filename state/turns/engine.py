@@ -95,6 +95,9 @@ class TurnEngine:
             snap = self._run_locked(delivery, held)
             if snap is None:
                 return held.outcome
+            # The user states this commit changed are cached before the push that
+            # announces it: a follower woken by the push must not read an older copy.
+            self._cache_user_states(held.followups)
             sync.publish_and_release(handle, snap)
             published = True
             self._send(snap.session_id, held.followups)
@@ -344,10 +347,12 @@ class TurnEngine:
             # Waiting on a workflow: an in-process alarm rings the deadline check.
             followups.deadline = draft.deadline
 
-    def _send(self, session_id: str, followups: Followups) -> None:
-        dispatcher = self.services.dispatcher
+    def _cache_user_states(self, followups: Followups) -> None:
         for user_id, revision, doc in followups.user_cache:
             self.services.cache.put(keys.user_state_cache(user_id), revision, doc)
+
+    def _send(self, session_id: str, followups: Followups) -> None:
+        dispatcher = self.services.dispatcher
         for workflow_id, step_id, revision in followups.steps:
             dispatcher.step(workflow_id, step_id, revision)
         for workflow_id in followups.finished:
