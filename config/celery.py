@@ -63,6 +63,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
                 "task": "agentstate.session.expire_idle",
                 "schedule": max(settings.sweep_interval, 60.0),
             },
+            "agentstate-expire-approvals": {
+                "task": "agentstate.approvals.expire",
+                "schedule": settings.sweep_interval,
+            },
             "agentstate-prune-events": {
                 "task": "agentstate.events.prune",
                 "schedule": PRUNE_INTERVAL_S,

@@ -68,6 +68,10 @@ class PhaseContext:
         metadata: the session's metadata (``turn`` holds this turn's path through the FSM).
         workflow: in ``executing``, the finished workflow this turn waited for, if any.
         attempt: 1, then 2, 3 after ``retry_needed`` sent the turn back to executing.
+        approval: in the one phase right after a person decided the approval this turn
+            asked for (``executing`` if approved, ``generating`` if rejected), the
+            decision: ``{approval_id, action, args, decision, approved, by, note}``;
+            None in every other phase, so an approved action is run once.
 
     :meth:`emit` adds an event to the session's event log (``AgentClient.events``); it is
     committed with the phase, or not at all if the phase fails.
@@ -91,6 +95,7 @@ class PhaseContext:
     metadata: Document
     workflow: Document | None = None
     attempt: int = 1
+    approval: Document | None = None
     history_reader: Callable[[int], list[Document]] | None = None
     user_state_reader: Callable[[], Document] | None = None
     event_sink: Callable[[str, Document | None], None] | None = None
@@ -158,15 +163,31 @@ class PhaseResult:
         user_state: a function from the user's persistent state to its new value, run
             inside the commit's transaction with the row locked (no lost updates).
         workflow: a workflow spec to start, in the same transaction (see README).
+        approval: ask a person first: ``{"action": str, "args": dict, "ttl_s": float}``
+            (``ttl_s`` optional, default AGENTSTATE_APPROVAL_TTL). From ``planning`` or
+            ``executing``, with no trigger (or ``need_approval``): the session rests in
+            ``awaiting_approval`` until someone decides (``AgentClient.decide``) or the
+            request expires (rejected). Approved, the turn goes on to ``executing``;
+            rejected, to ``generating``; that phase's handler gets ``ctx.approval``.
 
     Example::
 
         @quick
         def planning(ctx: PhaseContext) -> PhaseResult:
             return PhaseResult("plan_ready", pending_actions=[{"tool": "search"}])
+
+    Asking before a risky action, and doing it once approved::
+
+        def planning(ctx: PhaseContext) -> PhaseResult:
+            return PhaseResult(approval={"action": "refund", "args": {"order": 42}})
+
+        def executing(ctx: PhaseContext) -> PhaseResult:
+            if ctx.approval and ctx.approval["approved"]:
+                refund(ctx.approval["args"]["order"], key=ctx.approval["approval_id"])
+            return PhaseResult("tools_complete")
     """
 
-    trigger: str | None
+    trigger: str | None = None
     reply: str | None = None
     context: Document = field(default_factory=dict)
     tool_results: list[Any] | None = None
@@ -175,6 +196,7 @@ class PhaseResult:
     metadata: Document = field(default_factory=dict)
     user_state: Callable[[Document], Document] | None = None
     workflow: Document | None = None
+    approval: Document | None = None
 
 
 class PhaseHandler(Protocol):

@@ -54,6 +54,10 @@ class RunStateError(BadInputError):
     successful one); nothing was changed."""
 
 
+class ApprovalAlreadyDecidedError(RunStateError):
+    """The approval was decided already (the first decision wins; it says by whom)."""
+
+
 class DatabaseNotFoundError(NotFoundError):
     """The configured database (or its agentstate schema) does not exist; reading never
     creates one."""

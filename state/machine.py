@@ -21,7 +21,8 @@ logger = logging.getLogger(__name__)
 
 
 class Phase(StrEnum):
-    """The FSM's states, the seed's ten (a phase is where a session's turn is)."""
+    """The FSM's states: the seed's ten and ``awaiting_approval`` (a phase is where a
+    session's turn is)."""
 
     IDLE = "idle"  # waiting for the user
     UNDERSTANDING = "understanding"  # working out the intent
@@ -33,10 +34,12 @@ class Phase(StrEnum):
     CLARIFYING = "clarifying"  # waiting for the user to clarify
     ERROR = "error"
     TIMEOUT = "timeout"
+    # Added to the seed's table: a person must approve what the turn wants to do next.
+    AWAITING_APPROVAL = "awaiting_approval"
 
 
 class Trigger(StrEnum):
-    """The FSM's triggers, the seed's thirteen."""
+    """The FSM's triggers: the seed's thirteen and the three of human approval."""
 
     RECEIVE_INPUT = "receive_input"
     INTENT_CLEAR = "intent_clear"
@@ -51,6 +54,9 @@ class Trigger(StrEnum):
     ERROR_OCCURRED = "error_occurred"
     TIMEOUT = "timeout"
     RESET = "reset"
+    NEED_APPROVAL = "need_approval"
+    APPROVED = "approved"
+    REJECTED = "rejected"
 
 
 # transitions gets plain strings: it treats Enum states by their member names.
@@ -76,12 +82,21 @@ TRANSITIONS: list[dict[str, Any]] = [
     _row(Trigger.ERROR_OCCURRED, "*", Phase.ERROR),
     _row(Trigger.TIMEOUT, "*", Phase.TIMEOUT),
     _row(Trigger.RESET, [Phase.ERROR, Phase.TIMEOUT], Phase.IDLE),
+    # Human approval, added to the seed's table as data: a turn asks before it acts; an
+    # approval goes on to act, a rejection straight to the reply.
+    _row(Trigger.NEED_APPROVAL, [Phase.PLANNING, Phase.EXECUTING], Phase.AWAITING_APPROVAL),
+    _row(Trigger.APPROVED, Phase.AWAITING_APPROVAL, Phase.EXECUTING),
+    _row(Trigger.REJECTED, Phase.AWAITING_APPROVAL, Phase.GENERATING),
 ]
 
 TRIGGERS: tuple[str, ...] = tuple(dict.fromkeys(t["trigger"] for t in TRANSITIONS))
 
-# Phases in which a turn waits for the user rather than for a worker.
+# Phases in which a turn waits for the user rather than for a worker (a message starts
+# or resumes a turn from here).
 RESTING_PHASES = frozenset({Phase.IDLE, Phase.CLARIFYING})
+# Phases in which no worker owes the session anything: resting, or a turn parked until
+# a person decides an approval (new messages queue behind it).
+WAITING_PHASES = RESTING_PHASES | {Phase.AWAITING_APPROVAL}
 # Phases that run a handler; each is one Celery task by name.
 WORK_PHASES: tuple[Phase, ...] = (
     Phase.UNDERSTANDING,
@@ -184,6 +199,15 @@ class AgentStateMachine:
 
     def reset(self) -> str:
         return self.trigger("reset")
+
+    def need_approval(self) -> str:
+        return self.trigger("need_approval")
+
+    def approved(self) -> str:
+        return self.trigger("approved")
+
+    def rejected(self) -> str:
+        return self.trigger("rejected")
 
 
 def destination(state: str, trigger: str) -> str | None:

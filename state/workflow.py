@@ -41,13 +41,9 @@ DEFAULT_MAX_RETRIES = 3
 # The public spec keys (README "Actions"). A key outside these is refused, naming the
 # nearest valid one: a typo such as "depends_on" must not silently run a step early.
 SPEC_KEYS = ("workflow_id", "session_id", "context", "steps")
-# Planned, for approvals (ARCHITECTURE.md, part 2): accepted and type-checked so that
-# specs written for them are not refused; nothing acts on them yet.
-PLANNED_STEP_KEYS = ("approval",)
 STEP_KEYS = (
     *("step_id", "step_name", "action", "inputs", "dependencies", "max_retries"),
-    *("timeout_s", "not_before_s"),
-    *PLANNED_STEP_KEYS,
+    *("timeout_s", "not_before_s", "approval"),
 )
 _NAMED_KEYS = 5
 _SHOWN_KEY_CHARS = 64
@@ -114,6 +110,7 @@ class WorkflowStep:
     action: str = "echo"
     timeout_s: float | None = None
     not_before_s: float | None = None
+    approval: bool = False  # waits for a person's decision before it runs
     dependents: list[str] = field(default_factory=list)
     remaining_deps: int = 0
 
@@ -381,6 +378,7 @@ def _parse_step(
         action=action,
         timeout_s=_seconds(raw, "timeout_s"),
         not_before_s=_seconds(raw, "not_before_s"),
+        approval=bool(raw.get("approval", False)),
     )
 
 
@@ -391,7 +389,7 @@ def _known(action: str, actions: set[str]) -> str:
 
 
 def _check_timing(raw: dict[str, Any], where: str) -> None:
-    """Check a step's ``timeout_s`` and ``not_before_s`` (and the planned ``approval``)."""
+    """Check a step's ``timeout_s``, ``not_before_s`` and ``approval``."""
     for key in ("timeout_s", "not_before_s"):
         if key not in raw:
             continue

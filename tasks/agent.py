@@ -3,7 +3,9 @@
 - arithmetic ("what is 12*7?") is planned as calculator calls; two or more run as a
   workflow, one runs inline in ``executing``;
 - "remember that X" stores X in the user's persistent state, "what do you remember"
-  lists it, across sessions;
+  lists it, across sessions; "forget everything" asks a person for approval
+  (``forget_memories``), clears the memories once approved, and keeps them if rejected
+  or if nobody decides in time;
 - a message with no letter or digit goes to ``clarifying``;
 - anything else gets a plain reply.
 
@@ -36,6 +38,7 @@ from tasks.intent import classify as read_intent
 
 MAX_ATTEMPTS = 3
 ELLIPSIS = "\u2026"
+FORGET_ACTION = "forget_memories"
 
 
 def classify(text: str) -> Document:
@@ -68,6 +71,10 @@ def planning(ctx: PhaseContext) -> PhaseResult:
         plan = [{"tool": "calculate", "expression": e} for e in intent["expressions"]]
     elif intent["kind"] == "remember":
         plan = [{"tool": "remember", "fact": intent["fact"]}]
+    elif intent["kind"] == "forget":
+        # Forgetting cannot be undone: a person says yes first.
+        count = len(_memories(ctx.user_state()))
+        return PhaseResult(approval={"action": FORGET_ACTION, "args": {"memories": count}})
     return PhaseResult("plan_ready", pending_actions=plan)
 
 
@@ -83,6 +90,10 @@ def retrieving(ctx: PhaseContext) -> PhaseResult:
 
 def executing(ctx: PhaseContext) -> PhaseResult:
     """Run the plan: one calculation inline, several as a workflow; store memories."""
+    if ctx.approval is not None and ctx.approval["action"] == FORGET_ACTION:
+        # Approved (a rejection goes straight to generating): runs once, in this phase.
+        forgotten = {"tool": "forget", "ok": True, "by": ctx.approval["by"]}
+        return PhaseResult("tools_complete", tool_results=[forgotten], user_state=_forgetting)
     plan = ctx.pending_actions
     calculations = [p for p in plan if p["tool"] == "calculate"]
     if ctx.workflow is not None:
@@ -134,6 +145,8 @@ def _reply(intent: Document, ctx: PhaseContext) -> str:
         return _calculation_reply(intent, ctx.tool_results)
     if kind in ("remember", "recall"):
         return _memory_reply(intent, ctx)
+    if kind == "forget":
+        return _forget_reply(ctx)
     return (
         f"You said: \u201c{ctx.message.strip()[:200]}\u201d. I can do arithmetic "
         "(\u201cwhat is 12*7?\u201d) and remember things (\u201cremember that ...\u201d)."
@@ -159,6 +172,19 @@ def _memory_reply(intent: Document, ctx: PhaseContext) -> str:
     if not memories:
         return "I don't remember anything for you yet. Tell me with 'remember that ...'."
     return "Here is what I remember: " + "; ".join(memories) + "."
+
+
+def _forget_reply(ctx: PhaseContext) -> str:
+    if any(r.get("tool") == "forget" and r.get("ok") for r in ctx.tool_results):
+        return "Done: I have forgotten everything I remembered for you."
+    decision = ctx.approval or {}
+    if decision.get("by") == "expired":
+        return "Nobody approved forgetting in time, so I kept your memories."
+    return "Forgetting was not approved, so I kept your memories."
+
+
+def _forgetting(state: Document) -> Document:
+    return {**state, "memories": []}
 
 
 def _describe(result: Document) -> str:

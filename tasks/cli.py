@@ -35,6 +35,7 @@ from config.urls import hide_secrets_in
 from state.errors import BadInputError, UsageError, WorkflowSpecError
 from state.ids import validate_id
 from tasks import progress
+from tasks.cli_approval import add_approval
 from tasks.cli_control import add_session_control, add_workflow_control
 from tasks.cli_support import (
     EXIT_BAD_INPUT,
@@ -99,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_session(sub)
     _add_user(sub)
     _add_workflow(sub)
+    add_approval(sub)
     command(sub, "recover", cmd_recover, "run one recovery sweep (what beat runs periodically)")
     migrate = command(sub, "migrate", cmd_migrate, "migrate all stored state to this version")
     migrate.add_argument("--dry-run", action="store_true", help="count, change nothing")

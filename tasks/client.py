@@ -23,7 +23,7 @@ from state.errors import NotFoundError
 from state.events.feed import EventFeed, whole_number
 from state.events.push import Notifier, Waiter
 from state.ids import validate_id
-from state.machine import RESTING_PHASES, Phase
+from state.machine import WAITING_PHASES, Phase
 from state.sessions.inbox import Inbox
 from state.sessions.store import SessionStore
 from state.storage import keys
@@ -35,18 +35,20 @@ from state.workflows.store import WorkflowStore
 from tasks.actions import get_action, known_actions
 from tasks.app import app as default_app
 from tasks.app import make_app
-from tasks.control import RunControl, require_key
+from tasks.approvals import ApprovalControl
+from tasks.control import require_key
 from tasks.dispatch import CeleryDispatcher
 from tasks.timeline import Timeline
 
 logger = logging.getLogger(__name__)
 
 
-class AgentClient(RunControl, Timeline):
+class AgentClient(ApprovalControl, Timeline):
     """What an app (web handler, script, notebook) uses to talk to agentstate.
 
-    Run control (cancel, retry, listing) comes from ``tasks.control.RunControl``; events,
-    revisions and forks from ``tasks.timeline.Timeline``.
+    Run control (cancel, retry, listing) comes from ``tasks.control.RunControl``, with
+    approvals and decisions on top of it from ``tasks.approvals.ApprovalControl``;
+    events, revisions and forks from ``tasks.timeline.Timeline``.
     """
 
     def __init__(self, settings: Settings | None = None) -> None:
@@ -147,7 +149,8 @@ class AgentClient(RunControl, Timeline):
         user_id: str | None = None,
         history_limit: int | None = None,
     ) -> Document:
-        """Wait until the session rests (idle or clarifying) with nothing queued; return it
+        """Wait until the session rests (idle or clarifying, or its turn waits for an
+        approval: ``awaiting_approval``) with nothing queued; return it
         as :meth:`get_session` does. Waiting reads only the phase and the queue; the
         document (its whole history unless ``history_limit``) is read once, at the end.
         A session of another ``user_id`` raises NotFoundError, like an unknown id."""
@@ -161,7 +164,7 @@ class AgentClient(RunControl, Timeline):
             if found is None:
                 raise NotFoundError(f"unknown session {session_id!r}")
             seen["phase"], queued = found
-            if seen["phase"] not in RESTING_PHASES or queued:
+            if seen["phase"] not in WAITING_PHASES or queued:
                 return None
             return self.get_session(session_id, user_id, history_limit)
 

@@ -6,6 +6,7 @@ of the original patterns (kept as the reference in the unit tests):
 
 - "remember": ``^\\s*(please\\s+)?remember\\s+(that\\s+)?FACT[\\s.!]*$``, case-insensitive;
 - "recall": "what do/did you remember" or "what have you remembered";
+- "forget": "forget everything" or "forget all" (the agent asks for approval first);
 - arithmetic: each run of numbers joined by operators, with the
   parentheses and spaces around them, as ``re.finditer`` would find it.
 
@@ -25,6 +26,7 @@ _THAT = re.compile(r"that(\s++)", re.I)
 _RECALL = re.compile(
     r"\bwhat\s++(?:do|did)\s++you\s++remember\b|\bwhat\s++have\s++you\s++remembered\b", re.I
 )
+_FORGET = re.compile(r"\bforget\s++(?:everything|all)\b", re.I)
 # A number that starts an expression; group 1 is its fractional digits.
 _OPERAND = re.compile(r"-?+\d++(?:\.(\d++))?+")
 _TRAIL = re.compile(r"[)\s]*+")
@@ -37,6 +39,8 @@ def classify(text: str, max_calculations: int) -> Document:
     fact = remembered_fact(text)
     if fact is not None:
         return {"kind": "remember", "fact": fact}
+    if _FORGET.search(text):
+        return {"kind": "forget"}
     if _RECALL.search(text):
         return {"kind": "recall"}
     expressions = arithmetic(text, max_calculations + 1)

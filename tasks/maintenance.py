@@ -1,5 +1,5 @@
-"""Periodic tasks run by ``celery -A tasks beat``: the recovery sweep, session expiry and
-the event log's retention."""
+"""Periodic tasks run by ``celery -A tasks beat``: the recovery sweep, session expiry,
+approval expiry and the event log's retention."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from tasks.runtime import runtime
 SWEEP_TASK = "agentstate.recovery.sweep"
 EXPIRE_TASK = "agentstate.session.expire_idle"
 PRUNE_TASK = "agentstate.events.prune"
+EXPIRE_APPROVALS_TASK = "agentstate.approvals.expire"
 
 
 @app.task(name=SWEEP_TASK, base=AgentStateTask, bind=True)
@@ -43,3 +44,10 @@ def prune_events(self: AgentStateTask) -> Any:
     rt = runtime()
     cutoff = utcnow() - timedelta(days=rt.backend.settings.events_retain_days)
     return self.attempt(lambda: prune(rt.backend.engine, cutoff).as_dict(), stale_result())
+
+
+@app.task(name=EXPIRE_APPROVALS_TASK, base=AgentStateTask, bind=True)
+def expire_approvals(self: AgentStateTask) -> Any:
+    """Reject the approvals nobody decided by their ``expires_at`` (``by == "expired"``):
+    a turn waiting for one goes on to its reply, a step waiting for one fails."""
+    return {"expired": self.attempt(runtime().approvals.expire_due, lambda _exc: 0)}

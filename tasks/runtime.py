@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from config import get_settings
 from config.brokers import broker_for
 from state.agent import load_agent
+from state.approvals.desk import ApprovalDesk
 from state.recovery.sweep import RecoverySweep
 from state.storage.backend import Backend, default_backend, reset_backends
 from state.turns.engine import TurnEngine
@@ -28,6 +29,7 @@ class Runtime:
     turns: TurnEngine
     workflows: WorkflowEngine
     recovery: RecoverySweep
+    approvals: ApprovalDesk
 
 
 _runtimes: dict[int, Runtime] = {}
@@ -55,7 +57,8 @@ def build_runtime(backend: Backend) -> Runtime:
         services.notifier,
     )
     recovery = RecoverySweep(services, turns.interventions, workflows)
-    return Runtime(backend, services, turns, workflows, recovery)
+    approvals = ApprovalDesk(backend.engine, turns.interventions, workflows)
+    return Runtime(backend, services, turns, workflows, recovery, approvals)
 
 
 def reset_runtime() -> None:

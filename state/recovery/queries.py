@@ -12,7 +12,7 @@ from sqlalchemy import Engine, and_, or_, select, update
 
 from state.clock import utcnow
 from state.events import revisions
-from state.machine import RESTING_PHASES, Phase
+from state.machine import RESTING_PHASES, WAITING_PHASES, Phase
 from state.session import SessionStatus
 from state.sessions.snapshot import InboxState, Snapshot
 from state.storage.db import read_connection
@@ -24,12 +24,13 @@ from state.workflows.store import step_at
 
 
 def stuck_sessions(engine: Engine, cutoff: datetime, limit: int) -> list[str]:
-    """Sessions mid-turn that made no progress since ``cutoff``."""
+    """Sessions mid-turn that made no progress since ``cutoff`` (one parked until a
+    person decides an approval is not stuck: it owes no worker anything)."""
     with read_connection(engine) as conn:
         rows = conn.execute(
             select(sessions.c.session_id)
             .where(
-                sessions.c.phase.not_in(tuple(RESTING_PHASES)),
+                sessions.c.phase.not_in(tuple(WAITING_PHASES)),
                 sessions.c.updated_at < cutoff,
             )
             .order_by(sessions.c.updated_at)

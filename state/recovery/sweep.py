@@ -26,7 +26,7 @@ import redis
 
 from state.clock import utcnow
 from state.errors import AgentStateError
-from state.machine import RESTING_PHASES, Phase, Trigger
+from state.machine import RESTING_PHASES, WAITING_PHASES, Phase, Trigger
 from state.recovery.queries import (
     note_session_recovery,
     note_step_recovery,
@@ -114,7 +114,7 @@ class RecoverySweep:
 
     def _session(self, session_id: str, report: SweepReport) -> None:
         snap = self.services.sessions.load_from_database(session_id)
-        if snap is None or snap.phase in RESTING_PHASES:
+        if snap is None or snap.phase in WAITING_PHASES:
             return
         if deadline_passed(snap):
             # Even if a live worker holds the lock: its handler overran.

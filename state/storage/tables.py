@@ -200,6 +200,8 @@ class StepRow(Base):
     # A durable timer: runnable not before ready_at (= when it became ready + not_before_s).
     not_before_s: Mapped[float | None] = mapped_column(Float)
     ready_at: Mapped[float | None] = mapped_column(Float)
+    # Human approval: NULL (none needed), "pending" (waits for a decision), "approved".
+    approval: Mapped[str | None] = mapped_column(String(16))
     max_retries: Mapped[int] = mapped_column(Integer, nullable=False)
     revision: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     recoveries: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
@@ -277,6 +279,36 @@ class RevisionRow(Base):
     __table_args__ = (Index("ix_revisions_at", "at"),)
 
 
+class ApprovalRow(Base):
+    """A request for a person's decision: a turn's (``session_id``) or a workflow step's
+    (``workflow_id``, ``step_id``). ``decision`` is set once, by a guarded update."""
+
+    __tablename__ = "approvals"
+
+    approval_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    session_id: Mapped[str | None] = mapped_column(ID)
+    user_id: Mapped[str | None] = mapped_column(ID)
+    workflow_id: Mapped[str | None] = mapped_column(ID)
+    step_id: Mapped[str | None] = mapped_column(ID)
+    action: Mapped[str] = mapped_column(String(128), nullable=False)
+    args: Mapped[str] = mapped_column(JSONText, nullable=False)
+    requested_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    decision: Mapped[str | None] = mapped_column(String(16))
+    decided_by: Mapped[str | None] = mapped_column(String(128))
+    decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    note: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        # Listing newest first (by user), and beat's scan for expired requests.
+        Index("ix_approvals_requested", "requested_at", "approval_id"),
+        Index("ix_approvals_user_requested", "user_id", "requested_at", "approval_id"),
+        Index("ix_approvals_decision_expires", "decision", "expires_at"),
+        Index("ix_approvals_workflow_step", "workflow_id", "step_id"),
+        Index("ix_approvals_session", "session_id"),
+    )
+
+
 user_state: Table = Base.metadata.tables["user_state"]
 sessions: Table = Base.metadata.tables["sessions"]
 messages: Table = Base.metadata.tables["messages"]
@@ -287,3 +319,4 @@ quarantine: Table = Base.metadata.tables["quarantine"]
 actions: Table = Base.metadata.tables["actions"]
 events: Table = Base.metadata.tables["events"]
 revisions: Table = Base.metadata.tables["revisions"]
+approvals: Table = Base.metadata.tables["approvals"]

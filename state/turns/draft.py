@@ -155,8 +155,9 @@ class Draft:
         self.events.append(event)
 
     def status(self) -> SessionStatus:
-        """SessionStatus for the new phase: paused while waiting for a clarification."""
-        if self.phase == Phase.CLARIFYING:
+        """SessionStatus for the new phase: paused while waiting for a clarification or
+        an approval."""
+        if self.phase in (Phase.CLARIFYING, Phase.AWAITING_APPROVAL):
             return SessionStatus.PAUSED
         return SessionStatus.ACTIVE
 

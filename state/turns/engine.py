@@ -320,6 +320,7 @@ class TurnEngine:
             metadata=dict(draft.metadata),
             workflow=self._finished_workflow(draft) if phase == Phase.EXECUTING else None,
             attempt=int(draft.context.get("attempt", 1)),
+            approval=draft.context.get(rules.APPROVAL_KEY),
             history_reader=lambda n: sessions.history(snap.session_id, last=n),
             user_state_reader=lambda: users.load_user_state(snap.user_id),
             event_sink=partial(self._emit, draft),

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+from state.approvals.rows import Decision
+from state.documents.codec import Document
 from state.errors import NotFoundError, StaleStateError
 from state.events.log import WORKFLOW_FINISHED
 from state.machine import RESTING_PHASES, Phase, Trigger
@@ -67,6 +69,26 @@ class TurnInterventions:
             return True
         raise StaleStateError(f"session {session_id}: the turn kept moving; cancel again")
 
+    def decide_approval(self, session_id: str, approval: Document, decision: Decision) -> bool:
+        """Resume the turn that waits for ``approval`` with ``decision``, recording the
+        decision in the same commit; False if the turn does not wait for it (the caller
+        records the decision alone). Raises ApprovalAlreadyDecidedError if another
+        decision committed first."""
+        for _attempt in range(CANCEL_ATTEMPTS):
+            snap = self.services.sessions.load_from_database(session_id)
+            if snap is None or not _waits_for(snap, str(approval["approval_id"])):
+                return False
+            draft = Draft(snap, None)
+            rules.decide_approval(draft, approval, decision, self.services.settings)
+            try:
+                outcome = self._force_commit(snap, draft, "decided")
+            except StaleStateError:
+                continue  # a message was accepted meanwhile: look again
+            assert outcome.revision is not None
+            self.services.dispatcher.phase(Phase(draft.phase), session_id, outcome.revision)
+            return True
+        raise StaleStateError(f"session {session_id}: kept changing; decide again")
+
     def end_overrun(self, draft: Draft, cause: str) -> PhaseOutcome:
         """End the turn of ``draft`` (at its checkpoint, before its handler's changes) with
         the timeout apology, while its handler is still running past its time limit."""
@@ -119,3 +141,10 @@ class TurnInterventions:
         if phase is not None:
             self.services.dispatcher.phase(phase, snap.session_id, snap.revision)
         return phase
+
+
+def _waits_for(snap: Snapshot, approval_id: str) -> bool:
+    context = snap.doc.get("context_window") or {}
+    return (
+        snap.phase == Phase.AWAITING_APPROVAL and context.get(rules.APPROVAL_ID_KEY) == approval_id
+    )

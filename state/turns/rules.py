@@ -12,9 +12,17 @@ from sqlalchemy.exc import IntegrityError
 
 from config import Settings
 from state.agent import PhaseResult
+from state.approvals import rows as approval_rows
+from state.approvals.requests import ApprovalRequest
+from state.approvals.rows import Decision
 from state.clock import utcnow
 from state.documents.codec import Document, require_object
-from state.errors import InvalidTransitionError, UnstorableResultError, UserStateTooLargeError
+from state.errors import (
+    ApprovalAlreadyDecidedError,
+    InvalidTransitionError,
+    UnstorableResultError,
+    UserStateTooLargeError,
+)
 from state.events import log
 from state.machine import Phase, Trigger
 from state.session import make_message
@@ -23,7 +31,7 @@ from state.storage import user_rows
 from state.turns.draft import Draft
 from state.workflow import SpecLimits, parse_spec
 from state.workflows.control import cancel_in, lock_workflow
-from state.workflows.store import insert_workflow
+from state.workflows.creation import insert_workflow
 
 MAX_EXECUTION_ATTEMPTS = 3
 ERROR_REPLY = "Sorry, something went wrong while I worked on that. Please try again."
@@ -32,6 +40,10 @@ DEFAULT_REPLY = "(the agent gave no reply)"
 CLARIFY_REPLY = "Could you tell me a little more?"
 CANCELLED_REPLY = "Cancelled: I stopped working on that."
 _TURN_LISTS = ("tool_results", "pending_actions", "active_tools")
+# Where the turn keeps the approval it waits for, and then the decision (context_window).
+APPROVAL_ID_KEY = "approval_id"
+APPROVAL_KEY = "approval"
+CANCELLED_BY = "cancelled"
 _WORKFLOWS_KEPT = 20
 
 
@@ -62,6 +74,8 @@ def apply_result(
 ) -> None:
     """Fold a handler's result into the draft and fire its trigger (``settings`` gives
     the execution timeout and the limits on what a result may store)."""
+    # A decision is shown to the one phase that follows it, so its action runs once.
+    draft.context.pop(APPROVAL_KEY, None)
     draft.context.update(result.context)
     draft.metadata.update(result.metadata)
     for key in _TURN_LISTS:
@@ -70,9 +84,15 @@ def apply_result(
             draft.doc[key] = value
     if result.user_state is not None:
         _change_user_state(draft, result.user_state, settings.max_user_state_bytes)
+    if result.approval is not None:
+        _ask_for_approval(draft, result, settings)
+        return
     if result.trigger is None:
         limits = SpecLimits.from_settings(settings)
-        _wait_for_workflow(phase, draft, result.workflow, known_actions, limits)
+        ttl_s = settings.approval_ttl
+        _wait_for_workflow(
+            phase, draft, result.workflow, known_actions, limits=limits, approval_ttl_s=ttl_s
+        )
         return
     if result.trigger == Trigger.RETRY_NEEDED:
         _count_attempt(draft)
@@ -105,7 +125,9 @@ def _wait_for_workflow(
     draft: Draft,
     spec: Document | None,
     known_actions: Callable[[], Iterable[str]],
+    *,
     limits: SpecLimits,
+    approval_ttl_s: float,
 ) -> None:
     if phase != Phase.EXECUTING or spec is None:
         raise InvalidTransitionError(
@@ -115,11 +137,15 @@ def _wait_for_workflow(
     resume_revision = draft.snap.revision + 1
 
     def create(conn: Any) -> None:
+        user_id = draft.snap.user_id
         try:
-            roots = insert_workflow(conn, wf, resume_revision)
+            roots, asked = insert_workflow(
+                conn, wf, resume_revision, approval_ttl_s=approval_ttl_s, user_id=user_id
+            )
         except IntegrityError as exc:
             raise UnstorableResultError(f"workflow {wf.workflow_id!r} already exists") from exc
         draft.roots.extend((wf.workflow_id, step_id, rev) for step_id, rev in roots)
+        draft.events.extend(asked)
 
     draft.ops.append(create)
     draft.events.append(NewEvent(log.WORKFLOW_STARTED, {"workflow_id": wf.workflow_id}))
@@ -127,6 +153,70 @@ def _wait_for_workflow(
     draft.context["workflow_id"] = wf.workflow_id
     kept = [*draft.metadata.get("workflows", []), wf.workflow_id][-_WORKFLOWS_KEPT:]
     draft.metadata["workflows"] = kept
+
+
+def _ask_for_approval(draft: Draft, result: PhaseResult, settings: Settings) -> None:
+    if result.trigger not in (None, Trigger.NEED_APPROVAL):
+        raise InvalidTransitionError(
+            f"a result that asks for approval fires no other trigger (got {result.trigger!r})"
+        )
+    request = ApprovalRequest.parse(
+        result.approval,
+        default_ttl_s=settings.approval_ttl,
+        max_args_bytes=settings.max_step_io_bytes,
+    )
+    draft.fire(Trigger.NEED_APPROVAL)
+    _on_enter(draft, None, settings.execution_timeout)
+    approval_id = approval_rows.new_id()
+    draft.context[APPROVAL_ID_KEY] = approval_id
+    subject = approval_rows.Subject(draft.snap.session_id, draft.snap.user_id)
+
+    def ask(conn: Any) -> None:
+        draft.events.append(
+            approval_rows.insert_request(
+                conn, subject, request.action, request.args, request.ttl_s, approval_id=approval_id
+            )
+        )
+
+    draft.ops.append(ask)
+
+
+def decide_approval(
+    draft: Draft, approval: Document, decision: Decision, settings: Settings
+) -> None:
+    """Resume the turn that waits for ``approval`` with ``decision``: approved, it goes on
+    to executing; rejected, straight to generating. The next phase's handler sees the
+    decision as ``ctx.approval``. Raises ApprovalAlreadyDecidedError from the commit if
+    another decision got there first."""
+    draft.fire(Trigger.APPROVED if decision.approve else Trigger.REJECTED)
+    _on_enter(draft, None, settings.execution_timeout)
+    approval_id = str(approval["approval_id"])
+    draft.context.pop(APPROVAL_ID_KEY, None)
+    draft.context[APPROVAL_KEY] = {
+        "approval_id": approval_id,
+        "action": approval["action"],
+        "args": approval["args"],
+        "decision": decision.verdict.value,
+        "approved": decision.approve,
+        "by": decision.by,
+        "note": decision.note,
+    }
+
+    def record(conn: Any) -> None:
+        decided = approval_rows.decide(conn, approval_id, decision)
+        if decided is None:
+            raise ApprovalAlreadyDecidedError(f"approval {approval_id} was decided already")
+        draft.events.append(approval_rows.decided_event(decided))
+
+    draft.ops.append(record)
+
+
+def _close_approval(draft: Draft, by: str) -> None:
+    """The turn ends while it waits for a decision: nobody should be asked any more."""
+    if draft.snap.phase != Phase.AWAITING_APPROVAL:
+        return
+    session_id = draft.snap.session_id
+    draft.ops.append(lambda conn: approval_rows.close_for_session(conn, session_id, by))
 
 
 def _change_user_state(
@@ -157,6 +247,7 @@ def fail_turn(draft: Draft, trigger: Trigger | None, reply: str, cause: str) -> 
     workflow the turn waits on is cancelled with it."""
     draft.rollback()
     cancel_waited_workflow(draft)
+    _close_approval(draft, by="turn ended")
     failed_in = draft.phase  # after the rollback: the phase whose work failed
     if trigger is not None:
         draft.fire(trigger)
@@ -179,6 +270,7 @@ def cancel_turn(draft: Draft) -> None:
     """
     draft.rollback()
     cancel_waited_workflow(draft)
+    _close_approval(draft, by=CANCELLED_BY)
     draft.fire(Trigger.ERROR_OCCURRED)
     draft.metadata["turn"] = {**draft.metadata.get("turn", {}), "cancelled": True}
     draft.fire(Trigger.RESET)

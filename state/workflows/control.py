@@ -11,6 +11,7 @@ from collections import defaultdict
 
 from sqlalchemy import Connection, select, update
 
+from state.approvals import rows as approval_rows
 from state.clock import utcnow
 from state.documents import codec
 from state.events import log
@@ -46,6 +47,7 @@ def cancel_in(conn: Connection, workflow_id: str) -> Finished | None:
     ).first()
     if row is None:
         return None
+    approval_rows.close_for_steps(conn, workflow_id, None, by=CANCELLED)
     conn.execute(
         update(steps)
         .where(steps.c.workflow_id == workflow_id, steps.c.status.in_(_OPEN))

@@ -83,7 +83,7 @@ class WorkflowEngine:
         returns the id and runs nothing again; with another spec it is refused.
         """
         try:
-            roots = self.store.create(wf)
+            roots = self.store.create(wf, self.settings.approval_ttl)
         except IntegrityError as exc:
             if self.store.spec_hash(wf.workflow_id) == wf.spec_hash:
                 return wf.workflow_id

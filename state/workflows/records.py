@@ -16,6 +16,12 @@ from state.workflow import WorkflowStatus, WorkflowStepStatus
 Dispatch = tuple[str, int]  # (step_id, revision) of a step to run
 
 
+# A step's ``approval`` column: NULL (none needed), then one of these.
+PENDING_APPROVAL = "pending"
+APPROVED = "approved"
+REJECTED = "rejected"
+
+
 @dataclass(frozen=True)
 class ClaimedStep:
     """A step this worker now runs, at ``revision`` (its claim)."""
@@ -116,6 +122,7 @@ def step_row(workflow_id: str, step: Any, now: Any) -> Document:
         "max_retries": step.max_retries,
         "timeout_s": step.timeout_s,
         "not_before_s": step.not_before_s,
+        "approval": PENDING_APPROVAL if step.approval else None,
         "revision": 0,
         "recoveries": 0,
         "updated_at": now,
@@ -136,6 +143,8 @@ def step_document(row: Any) -> Document:
         "max_retries": row.max_retries,
         "timeout_s": row.timeout_s,
         "not_before_s": row.not_before_s,
+        "approval": row.approval is not None,
+        "awaiting_approval": row.approval == PENDING_APPROVAL,
         "error": row.error,
         "started_at": iso(row.started_at),
         "completed_at": iso(row.completed_at),

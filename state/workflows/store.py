@@ -11,59 +11,35 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, func, or_, select, update
 
+from state.approvals import rows as approval_rows
 from state.clock import utcnow
 from state.documents import codec
 from state.documents.codec import Document
 from state.errors import StaleStateError
+from state.events import log
 from state.storage.db import is_postgres, read_connection
 from state.storage.prepared import PREPARED, Statements
 from state.storage.tables import steps, workflows
 from state.workflow import WorkflowState, WorkflowStatus, WorkflowStepStatus
 from state.workflows import control
+from state.workflows.creation import insert_workflow
 from state.workflows.reads import CLAIM_COLUMNS, WorkflowReads
 from state.workflows.records import (
+    APPROVED,
+    PENDING_APPROVAL,
+    REJECTED,
     ClaimedStep,
     Completion,
     Dispatch,
     Finished,
     claimed_from_row,
-    step_row,
 )
 
+# AGENTSTATE_APPROVAL_TTL's default, for callers without Settings.
+DEFAULT_APPROVAL_TTL_S = 86400.0
 _CLAIMABLE = (WorkflowStepStatus.PENDING, WorkflowStepStatus.RETRYING, WorkflowStepStatus.RUNNING)
-_INSERT_BATCH = 1000
-
-
-def insert_workflow(
-    conn: Connection, wf: WorkflowState, resume_revision: int | None = None
-) -> list[Dispatch]:
-    """Store ``wf`` inside an open transaction; return its root steps to dispatch.
-
-    A phase's commit calls it to start the workflow its handler asked for, so the
-    workflow exists exactly when the phase that wants it does.
-    """
-    now = utcnow()
-    conn.execute(
-        insert(workflows).values(
-            workflow_id=wf.workflow_id,
-            session_id=wf.session_id,
-            status=WorkflowStatus.RUNNING,
-            context=wf.context,
-            total_steps=len(wf.steps),
-            remaining_steps=len(wf.steps),
-            failed_steps=0,
-            resume_revision=resume_revision,
-            spec_hash=wf.spec_hash,
-            created_at=now,
-            updated_at=now,
-        )
-    )
-    rows = [step_row(wf.workflow_id, step, now) for step in wf.steps.values()]
-    for start in range(0, len(rows), _INSERT_BATCH):
-        conn.execute(insert(steps), rows[start : start + _INSERT_BATCH])
-    return [(step.step_id, 0) for step in wf.get_ready_steps()]
 
 
 class WorkflowStore(WorkflowReads):
@@ -83,10 +59,16 @@ class WorkflowStore(WorkflowReads):
             return PostgresWorkflowStore(engine, statements or PREPARED)
         return WorkflowStore(engine)
 
-    def create(self, wf: WorkflowState, resume_revision: int | None = None) -> list[Dispatch]:
-        """Store a validated workflow; return its root steps to dispatch."""
+    def create(
+        self, wf: WorkflowState, approval_ttl_s: float = DEFAULT_APPROVAL_TTL_S
+    ) -> list[Dispatch]:
+        """Store a validated workflow (and its approval requests, told in its session's
+        log); return its root steps to dispatch."""
         with self.engine.begin() as conn:
-            return insert_workflow(conn, wf, resume_revision)
+            roots, asked = insert_workflow(conn, wf, approval_ttl_s=approval_ttl_s)
+            if wf.session_id:
+                log.append(conn, wf.session_id, asked)
+            return roots
 
     # -- running a step --------------------------------------------------------
 
@@ -109,6 +91,7 @@ class WorkflowStore(WorkflowReads):
                     steps.c.status.in_(_CLAIMABLE),
                     steps.c.remaining_deps == 0,
                     or_(steps.c.not_before_s.is_(None), steps.c.ready_at <= now),
+                    or_(steps.c.approval.is_(None), steps.c.approval == APPROVED),
                 )
                 .values(
                     status=WorkflowStepStatus.RUNNING,
@@ -196,6 +179,41 @@ class WorkflowStore(WorkflowReads):
             ).first()
         return None if row is None else float(row[0])
 
+    def approve_in(self, conn: Connection, workflow_id: str, step_id: str) -> Dispatch | None:
+        """Let a step that waits for approval run, inside ``conn``'s transaction; return it
+        to dispatch if its dependencies are done (else it runs when they are)."""
+        row = conn.execute(
+            update(steps)
+            .where(*_awaiting(workflow_id, step_id))
+            .values(approval=APPROVED, revision=steps.c.revision + 1, updated_at=utcnow())
+            .returning(steps.c.remaining_deps, steps.c.revision)
+        ).first()
+        if row is None or row.remaining_deps > 0:
+            return None
+        return step_id, int(row.revision)
+
+    def reject_in(self, conn: Connection, workflow_id: str, step_id: str) -> Completion | None:
+        """Fail a step that waits for approval (``error == "rejected"``) and skip its
+        dependents, inside ``conn``'s transaction; None if it no longer waits."""
+        row = conn.execute(
+            update(steps)
+            .where(*_awaiting(workflow_id, step_id))
+            .values(
+                status=WorkflowStepStatus.FAILED,
+                error=REJECTED,
+                approval=REJECTED,
+                revision=steps.c.revision + 1,
+                completed_at=utcnow(),
+                updated_at=utcnow(),
+            )
+            .returning(steps.c.step_id)
+        ).first()
+        if row is None:
+            return None
+        skipped = self._skip_downstream(conn, workflow_id, [step_id])
+        finished = self._count_down(conn, workflow_id, done=1 + skipped, failed=1)
+        return Completion(workflow_id, [], finished)
+
     def fail(self, claimed: ClaimedStep, error: str) -> Completion:
         """running -> failed, and every transitive dependent -> skipped."""
         with self.engine.begin() as conn:
@@ -254,6 +272,7 @@ class WorkflowStore(WorkflowReads):
         downstream = self._downstream(conn, workflow_id, roots)
         if not downstream:
             return 0
+        approval_rows.close_for_steps(conn, workflow_id, downstream, by="skipped")
         result = conn.execute(
             update(steps)
             .where(
@@ -345,6 +364,15 @@ def step_at(workflow_id: str, step_id: str, revision: int) -> tuple[Any, ...]:
         steps.c.workflow_id == workflow_id,
         steps.c.step_id == step_id,
         steps.c.revision == revision,
+    )
+
+
+def _awaiting(workflow_id: str, step_id: str) -> tuple[Any, ...]:
+    return (
+        steps.c.workflow_id == workflow_id,
+        steps.c.step_id == step_id,
+        steps.c.status == WorkflowStepStatus.PENDING,
+        steps.c.approval == PENDING_APPROVAL,
     )
 
 

@@ -31,6 +31,7 @@ WITH c AS (
   WHERE workflow_id = %(workflow_id)s AND step_id = %(step_id)s AND revision = %(revision)s
     AND status IN ('pending', 'retrying', 'running') AND remaining_deps = 0
     AND (not_before_s IS NULL OR ready_at <= %(clock)s)
+    AND (approval IS NULL OR approval = 'approved')
   RETURNING action, inputs, dependencies, dependents, retry_count, max_retries, timeout_s
 )
 SELECT c.action, c.inputs::text AS inputs, c.dependencies::text AS dependencies,

@@ -1,4 +1,5 @@
-"""The agent FSM: the seed's ten states and thirteen transitions, exactly."""
+"""The agent FSM: the seed's ten states and thirteen transitions, exactly, and the human
+approval rows added to the table as data (ARCHITECTURE.md, "Human approval")."""
 
 from __future__ import annotations
 
@@ -46,45 +47,59 @@ SEED_TRANSITIONS: list[tuple[str, str | list[str], str]] = [
     ("timeout", "*", "timeout"),
     ("reset", ["error", "timeout"], "idle"),
 ]
+# Added for human approval: one state, three rows.
+APPROVAL_STATES = ["awaiting_approval"]
+APPROVAL_TRANSITIONS: list[tuple[str, str | list[str], str]] = [
+    ("need_approval", ["planning", "executing"], "awaiting_approval"),
+    ("approved", "awaiting_approval", "executing"),
+    ("rejected", "awaiting_approval", "generating"),
+]
+ALL_STATES = SEED_STATES + APPROVAL_STATES
+ALL_TRANSITIONS = SEED_TRANSITIONS + APPROVAL_TRANSITIONS
 SEED_TRIGGERS = [t for t, _, _ in SEED_TRANSITIONS]
+ALL_TRIGGERS = [t for t, _, _ in ALL_TRANSITIONS]
 
 
 def _sources(source: str | list[str]) -> list[str]:
     if source == "*":
-        return list(SEED_STATES)
+        return list(ALL_STATES)
     return [source] if isinstance(source, str) else list(source)
 
 
 # Every allowed (state, trigger) -> dest, expanded from the seed table.
 ALLOWED: dict[tuple[str, str], str] = {
-    (src, trig): dest for trig, source, dest in SEED_TRANSITIONS for src in _sources(source)
+    (src, trig): dest for trig, source, dest in ALL_TRANSITIONS for src in _sources(source)
 }
-NOT_ALLOWED = [(s, t) for s in SEED_STATES for t in SEED_TRIGGERS if (s, t) not in ALLOWED]
+NOT_ALLOWED = [(s, t) for s in ALL_STATES for t in ALL_TRIGGERS if (s, t) not in ALLOWED]
 ALLOWED_CASES = sorted((s, t, d) for (s, t), d in ALLOWED.items())
 
 
-def test_states_are_exactly_the_seed_states_in_order() -> None:
-    assert STATES == SEED_STATES
-    assert AgentStateMachine.states == SEED_STATES
+def test_states_are_the_seed_states_in_order_then_awaiting_approval() -> None:
+    assert STATES == ALL_STATES
+    assert STATES[:10] == SEED_STATES
+    assert AgentStateMachine.states == ALL_STATES
 
 
-def test_transitions_are_exactly_the_seed_transitions() -> None:
+def test_transitions_are_the_seed_transitions_then_the_approval_rows() -> None:
     rows = [(row["trigger"], row["source"], row["dest"]) for row in TRANSITIONS]
-    assert rows == SEED_TRANSITIONS
+    assert rows[:13] == SEED_TRANSITIONS
+    assert rows == ALL_TRANSITIONS
     assert AgentStateMachine.transitions == TRANSITIONS
-    assert len(TRANSITIONS) == 13
+    assert len(TRANSITIONS) == 13 + 3
     assert all(set(row) == {"trigger", "source", "dest"} for row in TRANSITIONS)
 
 
-def test_triggers_are_the_thirteen_seed_triggers_in_order() -> None:
-    assert list(TRIGGERS) == SEED_TRIGGERS
-    assert len(set(TRIGGERS)) == 13
+def test_triggers_are_the_thirteen_seed_triggers_in_order_then_three() -> None:
+    assert list(TRIGGERS)[:13] == SEED_TRIGGERS
+    assert list(TRIGGERS) == ALL_TRIGGERS
+    assert len(set(TRIGGERS)) == 16
 
 
 def test_expanded_table_has_the_expected_size() -> None:
-    # 10 single-source rows + 10 for each of the two '*' rows + 2 for reset.
-    assert len(ALLOWED) == 10 + 10 + 10 + 2
-    assert len(NOT_ALLOWED) == 10 * 13 - len(ALLOWED)
+    # 10 single-source rows + 11 for each of the two '*' rows + 2 for reset, and the
+    # approval rows: 2 sources for need_approval, 1 each for approved and rejected.
+    assert len(ALLOWED) == 10 + 11 + 11 + 2 + 2 + 1 + 1
+    assert len(NOT_ALLOWED) == 11 * 16 - len(ALLOWED)
 
 
 @pytest.mark.parametrize("via", ["trigger", "method"])

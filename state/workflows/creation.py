@@ -1,0 +1,73 @@
+"""Creating a workflow: its row, its steps, and the approval requests of the steps that
+need one, inside the caller's transaction."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, insert, select
+
+from state.approvals import rows as approval_rows
+from state.clock import utcnow
+from state.sessions.snapshot import NewEvent
+from state.storage.tables import sessions, steps, workflows
+from state.workflow import WorkflowState, WorkflowStatus
+from state.workflows.records import Dispatch, step_row
+
+_INSERT_BATCH = 1000
+
+
+def insert_workflow(
+    conn: Connection,
+    wf: WorkflowState,
+    resume_revision: int | None = None,
+    *,
+    approval_ttl_s: float,
+    user_id: str | None = None,
+) -> tuple[list[Dispatch], list[NewEvent]]:
+    """Store ``wf`` inside an open transaction, with an approval request for each step
+    that needs one (expiring after ``approval_ttl_s``); return its root steps to dispatch
+    and the ``approval_requested`` events for the session's log.
+
+    A phase's commit calls it to start the workflow its handler asked for, so the
+    workflow exists exactly when the phase that wants it does.
+    """
+    now = utcnow()
+    conn.execute(
+        insert(workflows).values(
+            workflow_id=wf.workflow_id,
+            session_id=wf.session_id,
+            status=WorkflowStatus.RUNNING,
+            context=wf.context,
+            total_steps=len(wf.steps),
+            remaining_steps=len(wf.steps),
+            failed_steps=0,
+            resume_revision=resume_revision,
+            spec_hash=wf.spec_hash,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    rows = [step_row(wf.workflow_id, step, now) for step in wf.steps.values()]
+    for start in range(0, len(rows), _INSERT_BATCH):
+        conn.execute(insert(steps), rows[start : start + _INSERT_BATCH])
+    roots = [(step.step_id, 0) for step in wf.get_ready_steps()]
+    return roots, _request_approvals(conn, wf, approval_ttl_s, user_id)
+
+
+def _request_approvals(
+    conn: Connection, wf: WorkflowState, ttl_s: float, user_id: str | None
+) -> list[NewEvent]:
+    asking = [step for step in wf.steps.values() if step.approval]
+    if asking and user_id is None and wf.session_id:
+        user_id = conn.execute(
+            select(sessions.c.user_id).where(sessions.c.session_id == wf.session_id)
+        ).scalar()
+    return [
+        approval_rows.insert_request(
+            conn,
+            approval_rows.Subject(wf.session_id, user_id, wf.workflow_id, step.step_id),
+            step.action,
+            step.inputs,
+            ttl_s,
+        )
+        for step in asking
+    ]
