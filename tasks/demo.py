@@ -83,6 +83,7 @@ def run_demo(
         client = AgentClient()
         summary.update(_conversation(client, out))
         summary["workflow"] = _workflow(client, out)
+        summary["approval"] = _approval(client, summary["user_id"], out)
     if workers:
         say("\ndone: workers stopped. Run it again, or start your own: celery -A tasks worker")
     else:
@@ -130,6 +131,27 @@ def _workflow(client: Any, out: TextIO) -> dict[str, Any]:
     doc = progress.WorkflowWatcher(client, workflow_id, out=out).wait(120)
     progress.print_workflow(doc, out)
     return doc
+
+
+def _approval(client: Any, user: str, out: TextIO) -> dict[str, Any]:
+    say = partial(print, file=out, flush=True)
+    session_id = f"demo-{uuid.uuid4().hex[:6]}-c"
+    say(f"\n== human approval: forgetting needs a yes (user {user}) ==")
+    say(f"\n[{session_id}] you> forget everything")
+    message_id = client.send_message(session_id, "forget everything", user_id=user)
+    waiting = client.wait_for_idle(session_id, timeout=60)
+    (request,) = [a for a in client.approvals(user_id=user) if a["session_id"] == session_id]
+    say(
+        f"[{session_id}] the turn rests in {waiting['phase']}: "
+        f"{request['action']} {json.dumps(request['args'])} (approval {request['approval_id']}, "
+        f"expires {request['expires_at']})"
+    )
+    decided = client.decide(request["approval_id"], True, by="demo-operator", note="the user asked")
+    say(f"approved by {decided['by']} ({decided['note']}); the turn goes on")
+    reply, path = progress.TurnWatcher(client, session_id, message_id, out=out).wait(60)
+    say(f"[{session_id}] agent> {progress.printable(reply)}")
+    say(progress.printable(f"persistent state of {user}: {client.load_user_state(user)}"))
+    return {"session_id": session_id, "approval": decided, "reply": reply, "path": path}
 
 
 @contextmanager

@@ -11,7 +11,9 @@ on the spot (counting each run in Redis, see ``vanish_key``); "ponder" makes pla
 PONDER_S, and "hang" makes retrieving take HANG_S (past a small
 AGENTSTATE_PHASE_TIME_LIMIT); "narrate" makes executing emit two events of its own, and
 "misnarrate" emits one and then one with a kind reserved for agentstate (which fails the
-phase).
+phase). "risky" makes planning ask for approval of the action "risky" ("hasty": with a 1 s
+``ttl_s``); once approved, executing counts each run in Redis (``risky_key``) and, in the
+user's state, ``risky_runs`` (with "linger", taking LINGER_S: a window for a SIGKILL).
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ def vanish_key(session_id: str) -> str:
     return f"test:vanish:{session_id}"
 
 
+def risky_key(session_id: str) -> str:
+    """The Redis counter of runs of a session's approved "risky" action."""
+    return f"test:risky:{session_id}"
+
+
 def understanding(ctx: PhaseContext) -> PhaseResult:
     if "stumble" in ctx.message:
         raise RuntimeError("the understanding handler stumbled on purpose")
@@ -52,6 +59,11 @@ def planning(ctx: PhaseContext) -> PhaseResult:
         raise RuntimeError("the planner exploded on purpose")
     if "ponder" in ctx.message:
         time.sleep(PONDER_S)
+    if "risky" in ctx.message:
+        request = {"action": "risky", "args": {"session": ctx.session_id}}
+        if "hasty" in ctx.message:
+            request["ttl_s"] = 1.0
+        return PhaseResult(approval=request)
     if "vanish" in ctx.message:
         # The worker process dies mid-phase, every time: a poison turn. (Planning has no
         # durable deadline that would end it anyway, as executing's would.)
@@ -68,6 +80,11 @@ def retrieving(ctx: PhaseContext) -> PhaseResult:
 
 
 def executing(ctx: PhaseContext) -> PhaseResult:
+    if ctx.approval is not None and ctx.approval["action"] == "risky":
+        redis.Redis.from_url(get_settings().redis_url).incr(risky_key(ctx.session_id))
+        if "linger" in ctx.message:
+            time.sleep(LINGER_S)
+        return PhaseResult("tools_complete", user_state=_count_risky_run)
     if "dawdle" in ctx.message:
         time.sleep(DAWDLE_S)
     elif "linger" in ctx.message:
@@ -90,3 +107,8 @@ def executing(ctx: PhaseContext) -> PhaseResult:
 
 def _broken_change(state: dict[str, object]) -> dict[str, object]:
     raise ZeroDivisionError("the user-state change divided by zero")
+
+
+def _count_risky_run(state: dict[str, object]) -> dict[str, object]:
+    runs = state.get("risky_runs", 0)
+    return {**state, "risky_runs": (runs if isinstance(runs, int) else 0) + 1}

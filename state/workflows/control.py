@@ -16,9 +16,9 @@ from state.clock import utcnow
 from state.documents import codec
 from state.events import log
 from state.sessions.snapshot import NewEvent
-from state.storage.tables import steps, workflows
+from state.storage.tables import sessions, steps, workflows
 from state.workflow import WorkflowStatus, WorkflowStepStatus
-from state.workflows.records import Dispatch, Finished
+from state.workflows.records import PENDING_APPROVAL, REJECTED, Dispatch, Finished
 
 CANCELLED = "cancelled"
 _OPEN = (WorkflowStepStatus.PENDING, WorkflowStepStatus.RUNNING, WorkflowStepStatus.RETRYING)
@@ -72,9 +72,10 @@ def tell_session(conn: Connection, finished: Finished) -> None:
         log.append(conn, finished.session_id, [NewEvent(log.WORKFLOW_FINISHED, data)])
 
 
-def retry_in(conn: Connection, workflow_id: str) -> list[Dispatch] | None:
+def retry_in(conn: Connection, workflow_id: str, approval_ttl_s: float) -> list[Dispatch] | None:
     """Run a failed or cancelled workflow again from where it stopped, inside ``conn``'s
-    transaction; return the steps ready now, or None if it was not failed or cancelled."""
+    transaction; return the steps ready now, or None if it was not failed or cancelled.
+    A step that needs approval and was not approved is asked about again."""
     reopened = conn.execute(
         update(workflows)
         .where(workflows.c.workflow_id == workflow_id, workflows.c.status.in_(_RETRYABLE))
@@ -89,6 +90,7 @@ def retry_in(conn: Connection, workflow_id: str) -> list[Dispatch] | None:
     for remaining, step_ids in by_count.items():
         _reset(conn, workflow_id, step_ids, remaining)
     reset = sum(len(ids) for ids in by_count.values())
+    _ask_again(conn, workflow_id, [s for ids in by_count.values() for s in ids], approval_ttl_s)
     conn.execute(
         update(workflows)
         .where(workflows.c.workflow_id == workflow_id)
@@ -138,3 +140,36 @@ def _reset(conn: Connection, workflow_id: str, step_ids: list[str], remaining: i
             updated_at=utcnow(),
         )
     )
+
+
+def _ask_again(conn: Connection, workflow_id: str, step_ids: list[str], ttl_s: float) -> None:
+    asking = conn.execute(
+        update(steps)
+        .where(
+            steps.c.workflow_id == workflow_id,
+            steps.c.step_id.in_(step_ids),
+            steps.c.approval.in_((PENDING_APPROVAL, REJECTED)),
+        )
+        .values(approval=PENDING_APPROVAL)
+        .returning(steps.c.step_id, steps.c.action, steps.c.inputs)
+    ).all()
+    if not asking:
+        return
+    session_id = conn.execute(
+        select(workflows.c.session_id).where(workflows.c.workflow_id == workflow_id)
+    ).scalar()
+    user_id = conn.execute(
+        select(sessions.c.user_id).where(sessions.c.session_id == session_id)
+    ).scalar()
+    asked = [
+        approval_rows.insert_request(
+            conn,
+            approval_rows.Subject(session_id, user_id, workflow_id, row.step_id),
+            row.action,
+            codec.loads(row.inputs),
+            ttl_s,
+        )
+        for row in asking
+    ]
+    if session_id:
+        log.append(conn, session_id, asked)

@@ -106,7 +106,7 @@ class WorkflowEngine:
     def retry(self, workflow_id: str) -> bool:
         """Run a failed or cancelled workflow again from where it stopped; False if it
         was neither."""
-        ready = self.store.retry_workflow(workflow_id)
+        ready = self.store.retry_workflow(workflow_id, self.settings.approval_ttl)
         if ready is None:
             return False
         self.follow(Completion(workflow_id, ready, None))

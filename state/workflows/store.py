@@ -154,11 +154,13 @@ class WorkflowStore(WorkflowReads):
                 control.tell_session(conn, finished)
             return finished
 
-    def retry_workflow(self, workflow_id: str) -> list[Dispatch] | None:
+    def retry_workflow(
+        self, workflow_id: str, approval_ttl_s: float = DEFAULT_APPROVAL_TTL_S
+    ) -> list[Dispatch] | None:
         """Reopen a failed or cancelled workflow in one transaction; return the steps ready
         now, or None if it was neither."""
         with self.engine.begin() as conn:
-            return control.retry_in(conn, workflow_id)
+            return control.retry_in(conn, workflow_id, approval_ttl_s)
 
     def arm_timer(self, workflow_id: str, step_id: str, revision: int) -> float | None:
         """Start a ready step's durable timer (once); return when it runs out, or None if

@@ -65,6 +65,7 @@ def test_help_explains_every_command(cli: Settings) -> None:
         "migrate",
         "fsm",
         "demo",
+        "approval",
     ):
         assert command in result.stdout
 

@@ -65,6 +65,14 @@ def test_demo_json_with_flower_port_taken_leaves_nothing_in_the_broker(
     assert workflow["status"] == "success"
     assert workflow["steps"]["d"]["outputs"] == {"value": (42 + 8) * (42 - 2)}
     assert summary["flower"] is None
+    approval = summary["approval"]
+    assert approval["approval"]["action"] == "forget_memories"
+    assert (approval["approval"]["decision"], approval["approval"]["by"]) == (
+        "approved",
+        "demo-operator",
+    )
+    assert "awaiting_approval" in approval["path"]
+    assert approval["reply"].startswith("Done: I have forgotten")
     assert f"port {taken_port} is taken" in result.stderr
     assert "workers stopped" in result.stderr
     # The turn that waited on its workflow must not leave its deadline check behind.
