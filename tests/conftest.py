@@ -13,6 +13,7 @@ from config import Settings
 from state.storage.backend import reset_backends
 from state.storage.db import dispose_engines, get_engine, upgrade_schema
 from state.storage.redis_client import forget_clients
+from tests.services import PrivateRedis
 from tests.support import (
     BROKER_URL,
     PG_URL,
@@ -111,3 +112,12 @@ def workers(
     pool = Workers(worker_settings, tmp_path_factory.mktemp("workers"), count=2).start()
     yield pool
     pool.stop()
+
+
+@pytest.fixture(scope="module")
+def private_redis() -> Iterator[PrivateRedis]:
+    """A redis-server of the module's own (cache, locks, pushes), so that FLUSHALL in its
+    tests touches nothing else."""
+    server = PrivateRedis().start()
+    yield server
+    server.close()

@@ -35,13 +35,6 @@ pytestmark = pytest.mark.workers
 
 
 @pytest.fixture(scope="module")
-def private_redis() -> Iterator[PrivateRedis]:
-    server = PrivateRedis().start()
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
 def approval_settings(pg_url: str, private_redis: PrivateRedis) -> Settings:
     return make_settings(
         pg_url,

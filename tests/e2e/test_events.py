@@ -42,13 +42,6 @@ AGENTSTATE = str(Path(sys.executable).with_name("agentstate"))
 
 
 @pytest.fixture(scope="module")
-def private_redis() -> Iterator[PrivateRedis]:
-    server = PrivateRedis().start()
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
 def events_settings(pg_url: str, private_redis: PrivateRedis) -> Settings:
     return make_settings(
         pg_url,
