@@ -72,7 +72,7 @@ def test_our_rows_with_targets_run_and_give_finite_figures(bench_target: None) -
 
 
 def test_the_event_log_rows_run(bench_target: None) -> None:
-    table, notes = run("push", "eventlog", "turncost", "storage")
+    table, _ = run("push", "eventlog", "turncost", "storage")
     finite(table[:-1])
     # A few turns may grow no table by a page (sizes are whole pages): no ratio to check.
     assert table[-1].ours >= 0 and table[-1].baseline >= 0
