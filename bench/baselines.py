@@ -114,14 +114,6 @@ class HopProbe:
         return self.samples[2:]
 
 
-def hop_latencies(settings: Settings, count: int, *, commit: bool) -> list[float]:
-    """``count`` samples of :class:`HopProbe`, one after another."""
-    probe = HopProbe(settings, commit=commit)
-    for _ in range(count + 2):
-        probe.once()
-    return probe.latencies()
-
-
 def commit_once_seconds(settings: Settings, count: int) -> float:
     """Seconds for ``count`` tasks sent at once, each committing one prepared UPDATE."""
     app = make_app(settings)

@@ -21,9 +21,6 @@ from state.storage.tables import inbox, messages, sessions
 from tasks.client import AgentClient
 from tasks.processes import Flower, free_port
 
-HOPS = 6
-
-
 TARGET = re.compile(r"^(>=|<=)\s*([0-9.]+)x")
 
 
@@ -82,13 +79,6 @@ def turns_per_second(settings: Settings, sessions_n: int, per_session: int) -> f
     return send_turns(client, f"tp-{uuid.uuid4().hex[:6]}", sessions_n, per_session)
 
 
-def chains_per_second(settings: Settings, count: int) -> float:
-    """Bare Celery: ``count`` chains of six no-op hops (``bench.baselines``)."""
-    from bench.baselines import bare_per_second
-
-    return bare_per_second(settings, count)
-
-
 class TurnProbe:
     """One session's turns, one at a time on an idle system: a sample per :meth:`once`.
 
@@ -115,14 +105,6 @@ class TurnProbe:
     def latencies(self) -> list[float]:
         """Seconds per turn, warm-up turns left out."""
         return _latencies_from_timestamps(self.session_id)[self.skip :]
-
-
-def turn_latencies(settings: Settings, turns: int) -> list[float]:
-    """Seconds from send to committed reply, one turn at a time on an idle system."""
-    probe = TurnProbe(settings)
-    for _ in range(turns):
-        probe.once()
-    return probe.latencies()
 
 
 def _latencies_from_timestamps(session_id: str) -> list[float]:
