@@ -33,9 +33,11 @@ test: install services lint typecheck
 demo: install services
 	$(BIN)/agentstate demo
 
+# `make bench ROWS=throughput,latency` runs some row groups only, `QUICK=1` at small sizes
+# (`python -m bench --help` lists the groups).
 bench: install services
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[bench]'
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(if $(ROWS),--rows $(ROWS)) $(if $(QUICK),--quick)
 
 # requirements.lock (the Docker image installs exactly it): every dependency of
 # pyproject.toml and the build backend, pinned, with the hashes of PyPI's files.

@@ -39,6 +39,7 @@ import redis
 from bench import harness
 from bench.harness import say
 from bench.rows import Row, send_turns
+from bench.suite import SHAPE, sized
 from config import Settings
 from state.storage.db import get_engine
 from tasks.client import AgentClient
@@ -89,9 +90,9 @@ def follower_latencies(settings: Settings, turns: int) -> list[float]:
     return latencies
 
 
-def _subscribe(channel: str, count: int, out: Any) -> None:
+def _subscribe(url: str, channel: str, count: int, out: Any) -> None:
     """(In a process of its own.) Put the latency of ``count`` messages on ``channel``."""
-    pubsub = redis.Redis.from_url(harness.REDIS_URL).pubsub(ignore_subscribe_messages=True)
+    pubsub = redis.Redis.from_url(url).pubsub(ignore_subscribe_messages=True)
     pubsub.subscribe(channel)
     pubsub.get_message(timeout=1.0)
     out.put("ready")
@@ -109,7 +110,8 @@ def redis_round_trips(count: int) -> list[float]:
     channel = f"bench:push:{uuid.uuid4().hex}"
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    subscriber = ctx.Process(target=_subscribe, args=(channel, count, out))
+    # The URL is passed: a spawned process does not see harness.configure's changes.
+    subscriber = ctx.Process(target=_subscribe, args=(harness.REDIS_URL, channel, count, out))
     subscriber.start()
     out.get(timeout=60)
     for _ in range(count):
@@ -159,9 +161,9 @@ def notify_round_trips(count: int) -> list[float]:
 
 def push(table: list[Row], notes: list[str], scale: float, args: Any) -> None:
     """Commit -> follower, p50 / p95, vs a plain Redis pub/sub round trip."""
-    turns = max(10, int(40 * scale))
+    turns = sized(40, scale, 3)
     settings = harness.bench_settings()
-    with harness.workers(settings, count=2, concurrency=1):
+    with harness.workers(settings, **SHAPE):
         ours = follower_latencies(settings, turns)
     plain = redis_round_trips(len(ours))
     listen = notify_round_trips(len(ours))
@@ -195,8 +197,7 @@ def workers_from(settings: Settings, pythonpath: str) -> Iterator[WorkerGroup]:
     group = WorkerGroup(
         settings,
         Path(tempfile.mkdtemp(prefix="agentstate-bench-")),
-        count=2,
-        concurrency=1,
+        **SHAPE,
         cwd=Path(pythonpath),
         loglevel="WARNING",
     )
@@ -209,10 +210,10 @@ def workers_from(settings: Settings, pythonpath: str) -> Iterator[WorkerGroup]:
 
 
 def _runner(settings: Settings, code: str | None) -> Any:
-    return workers_from(settings, code) if code else harness.workers(settings, count=2)
+    return workers_from(settings, code) if code else harness.workers(settings, **SHAPE)
 
 
-def _paired(groups: list[tuple[Settings, str | None]], per: int) -> list[float]:
+def _paired(groups: list[tuple[Settings, str | None]], sessions: int, per: int) -> list[float]:
     """Turns/s of two worker groups (each running the code at its path, or this
     checkout's) loaded at the same time: what else the machine does falls on both."""
     (first, first_code), (second, second_code) = groups
@@ -224,7 +225,7 @@ def _paired(groups: list[tuple[Settings, str | None]], per: int) -> list[float]:
 
         def load(index: int) -> None:
             prefix = f"ev{index}-{uuid.uuid4().hex[:6]}"
-            rates[index] = send_turns(clients[index], prefix, 50, per)
+            rates[index] = send_turns(clients[index], prefix, sessions, per)
 
         threads = [threading.Thread(target=load, args=(i,)) for i in (0, 1)]
         for thread in threads:
@@ -237,22 +238,23 @@ def _paired(groups: list[tuple[Settings, str | None]], per: int) -> list[float]:
 def throughput(table: list[Row], notes: list[str], scale: float, args: Any) -> None:
     """Turns/s with the push on vs off, and (with BENCH_BASE_PYTHONPATH) vs the code
     before the log; each pair runs side by side, in several rounds."""
-    per = max(1, int(4 * scale))
+    sessions, per = sized(50, scale, 4), sized(4, scale, 1)
+    rounds = sized(ROUNDS, scale, 1)
     base = os.environ.get("BENCH_BASE_PYTHONPATH")
     pairs = [("push off (AGENTSTATE_EVENTS=false)", {"events": False}, None)]
     if base:
         pairs.append(("the code before the event log", {}, base))
     for label, options, code in pairs:
         ours, theirs = [], []
-        for round_ in range(ROUNDS):
+        for round_ in range(rounds):
             mine = (harness.bench_settings(), None)
             other = (harness.bench_settings(**options), code)
             # Sides swap every round: an A/A run (the same code on both sides) showed the
             # first side about 3% slower.
             if round_ % 2 == 0:
-                first, second = _paired([mine, other], per)
+                first, second = _paired([mine, other], sessions, per)
             else:
-                second, first = _paired([other, mine], per)
+                second, first = _paired([other, mine], sessions, per)
             ours.append(first)
             theirs.append(second)
         say(f"side by side with {label}: ours {ours}, theirs {theirs}")
@@ -284,7 +286,7 @@ def turn_cost(table: list[Row], notes: list[str], scale: float, args: Any) -> No
     """In-process ms per turn (no broker): with the log and push, push off, and (with
     BENCH_BASE_PYTHONPATH) the code before the log. Best of interleaved runs: the least
     disturbed by the other users of a shared machine."""
-    turns, rounds = max(40, int(150 * scale)), max(3, int(8 * scale))
+    turns, rounds = sized(150, scale, 10), sized(8, scale, 1)
     here = str(harness.REPO)
     base = os.environ.get("BENCH_BASE_PYTHONPATH")
     runs: dict[str, list[tuple[float, float]]] = {"on": [], "off": [], "base": []}
@@ -350,12 +352,13 @@ def _row_bytes() -> dict[str, float]:
 
 def storage(table: list[Row], notes: list[str], scale: float, args: Any) -> None:
     """Bytes a turn adds to events + revisions vs to messages (indexes included)."""
-    turns = max(400, int(2000 * scale))
+    sessions, per = sized(50, scale, 4), sized(40, scale, 2)
+    turns = sessions * per
     settings = harness.bench_settings()
-    with harness.workers(settings, count=2, concurrency=1):
+    with harness.workers(settings, **SHAPE):
         client = AgentClient(settings)
         before = _sizes()
-        send_turns(client, f"bytes-{uuid.uuid4().hex[:6]}", 50, turns // 50)
+        send_turns(client, f"bytes-{uuid.uuid4().hex[:6]}", sessions, per)
         after = _sizes()
     grew = {name: (after[name] - before[name]) / turns for name in after}
     rows = _row_bytes()

@@ -1,7 +1,11 @@
 """Benchmark plumbing: a database and Redis DB indexes of their own, worker groups, timing.
 
 Benchmarks never touch the test database, the demo's data or Redis DB 0: they use the
-database ``agentstate_bench`` and Redis DB indexes 11 (cache and locks) and 12 (broker).
+database ``agentstate_bench`` (and ``agentstate_bench_dbos`` for DBOS's system tables) and
+Redis DB indexes 11 (cache and locks) and 12 (broker). ``AGENTSTATE_BENCH_DB_NAME``,
+``AGENTSTATE_BENCH_REDIS_URL``, ``AGENTSTATE_BENCH_BROKER_URL`` and
+``AGENTSTATE_BENCH_PG_SERVER`` move them (on a machine shared with other runs);
+:func:`configure` does the same from code (the smoke test).
 """
 
 from __future__ import annotations
@@ -39,6 +43,19 @@ AMQP_URL = os.environ.get(
 DATABASE_URL = f"{PG_SERVER}/{BENCH_DB}"
 
 
+def configure(*, database: str, redis_url: str, broker_url: str) -> None:
+    """Point every later measurement at another database and Redis DB indexes."""
+    global BENCH_DB, REDIS_URL, BROKER_URL, DATABASE_URL  # noqa: PLW0603
+    BENCH_DB, REDIS_URL, BROKER_URL = database, redis_url, broker_url
+    DATABASE_URL = f"{PG_SERVER}/{BENCH_DB}"
+
+
+def libpq_url(database: str | None = None) -> str:
+    """A libpq URL of the bench server (psycopg 3: LangGraph, DBOS's driver)."""
+    server = PG_SERVER.replace("postgresql+psycopg2://", "postgresql://")
+    return f"{server}/{database or BENCH_DB}"
+
+
 def say(message: str) -> None:
     """Progress on stderr-like stdout, flushed (benchmarks take minutes)."""
     print(f"  .. {message}", flush=True)
@@ -47,21 +64,36 @@ def say(message: str) -> None:
 def fresh_database() -> str:
     """Recreate the bench database at the current schema."""
     dispose_engines()
-    admin = create_engine(f"{PG_SERVER}/postgres", isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)'))
-        conn.execute(text(f'CREATE DATABASE "{BENCH_DB}"'))
-    admin.dispose()
+    recreate(BENCH_DB)
     upgrade_schema(get_engine(DATABASE_URL))
     return DATABASE_URL
 
 
+def recreate(database: str) -> None:
+    """Drop (whoever is connected) and create an empty database."""
+    admin = create_engine(f"{PG_SERVER}/postgres", isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
+        conn.execute(text(f'CREATE DATABASE "{database}"'))
+    admin.dispose()
+
+
+def drop(database: str) -> None:
+    """Drop a database if it exists."""
+    admin = create_engine(f"{PG_SERVER}/postgres", isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
+    admin.dispose()
+
+
 def flush_redis() -> None:
+    """Empty the bench's own Redis DB indexes (cache and locks, broker)."""
     for url in (REDIS_URL, BROKER_URL):
         redis.Redis.from_url(url).flushdb()
 
 
 def bench_settings(**overrides: Any) -> Settings:
+    """Settings on the bench database and Redis DB indexes, with a queue of their own."""
     values: dict[str, Any] = {
         "redis_url": REDIS_URL,
         "broker_url": BROKER_URL,

@@ -2,35 +2,35 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import subprocess
-import sys
+import re
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from celery import chain
 from sqlalchemy import insert, select, update
 
-from bench import harness
+from bench import harness, warm
 from bench.harness import say
+from bench.warm import Prepared
 from config import Settings
 from state.session import make_message
-from state.storage import keys
 from state.storage.db import get_engine
 from state.storage.tables import inbox, messages, sessions
-from tasks.app import make_app
 from tasks.client import AgentClient
 from tasks.processes import Flower, free_port
 
-HOPS = 6
+TARGET = re.compile(r"^(>=|<=)\s*([0-9.]+)x")
 
 
 @dataclass
 class Row:
-    """One line of the table: ours vs a baseline, and their ratio."""
+    """One line of the table: ours vs a baseline, their ratio, and the target it meets.
+
+    ``target`` is a ratio bound (``">= 0.9x"``, ``"<= 1.2x"``, judged from the ratio) or
+    words (``"report"``); ``check`` judges a row whose verdict is not a ratio.
+    """
 
     name: str
     ours: float
@@ -39,10 +39,23 @@ class Row:
     baseline_name: str
     higher_is_better: bool = True
     target: str = ""
+    check: bool | None = None
 
     @property
     def ratio(self) -> float:
         return self.ours / self.baseline if self.baseline else float("nan")
+
+    @property
+    def verdict(self) -> str:
+        """``met``, ``missed``, or empty for a row reported without a target."""
+        if self.check is not None:
+            return "met" if self.check else "missed"
+        match = TARGET.match(self.target)
+        if match is None:
+            return ""
+        bound = float(match.group(2))
+        met = self.ratio >= bound if match.group(1) == ">=" else self.ratio <= bound
+        return "met" if met else "missed"
 
 
 # -- turns ---------------------------------------------------------------------------
@@ -66,38 +79,32 @@ def turns_per_second(settings: Settings, sessions_n: int, per_session: int) -> f
     return send_turns(client, f"tp-{uuid.uuid4().hex[:6]}", sessions_n, per_session)
 
 
-def _chain(app: Any, key: str) -> Any:
-    links = [
-        app.signature("agentstate.baseline.noop", args=[None], immutable=True)
-        for _ in range(HOPS - 1)
-    ]
-    links.append(app.signature("agentstate.baseline.noop", args=[key], immutable=True))
-    return chain(*links)
+class TurnProbe:
+    """One session's turns, one at a time on an idle system: a sample per :meth:`once`.
 
+    Latency runs from the message's acceptance (its inbox timestamp) to its reply's
+    timestamp. With ``history``, the session first gets that many history items.
+    """
 
-def chains_per_second(settings: Settings, count: int) -> float:
-    """Bare Celery: ``count`` chains of six no-op hops (Celery's own canvas)."""
-    app = make_app(settings)
-    warm = f"bench:warm:{uuid.uuid4().hex}"
-    for _ in range(8):
-        _chain(app, warm).apply_async()
-    harness.wait_until(lambda: harness.counter(warm) >= 8, 120, "warm-up chains")
-    key = f"bench:chains:{uuid.uuid4().hex}"
-    started = time.perf_counter()
-    for _ in range(count):
-        _chain(app, key).apply_async()
-    harness.wait_until(lambda: harness.counter(key) >= count, 600, f"{count} chains")
-    return count / (time.perf_counter() - started)
+    def __init__(self, settings: Settings, prefix: str = "lat", history: int = 0) -> None:
+        self.client = AgentClient(settings)
+        self.session_id = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        self.sent = 0
+        self.skip = 2  # the first turns warm up
+        if history > 2:
+            self.once()
+            grow_history(self.session_id, history - 2)
+            self.skip += 1
 
+    def once(self) -> None:
+        """One turn: send a message and wait for its reply."""
+        self.client.send_message(self.session_id, f"hello number {self.sent}", user_id="bench-user")
+        self.sent += 1
+        harness.wait_until(lambda: harness.answered(self.session_id) >= self.sent, 60, "a turn")
 
-def turn_latencies(settings: Settings, turns: int) -> list[float]:
-    """Seconds from send to committed reply, one turn at a time on an idle system."""
-    client = AgentClient(settings)
-    session_id = f"lat-{uuid.uuid4().hex[:8]}"
-    for n in range(turns):
-        client.send_message(session_id, f"hello number {n}", user_id="bench-user")
-        harness.wait_until(lambda n=n: harness.answered(session_id) > n, 60, "a turn")
-    return _latencies_from_timestamps(session_id)[2:]  # the first turns warm up
+    def latencies(self) -> list[float]:
+        """Seconds per turn, warm-up turns left out."""
+        return _latencies_from_timestamps(self.session_id)[self.skip :]
 
 
 def _latencies_from_timestamps(session_id: str) -> list[float]:
@@ -122,26 +129,6 @@ def _latencies_from_timestamps(session_id: str) -> list[float]:
                 replied = replied.replace(tzinfo=None)
             latencies.append((replied - sent).total_seconds())
     return latencies
-
-
-def chain_latencies(settings: Settings, count: int) -> list[float]:
-    """Seconds from sending a bare six-hop chain to its last hop's timestamp."""
-    app = make_app(settings)
-    r = harness.redis.Redis.from_url(harness.REDIS_URL)
-    latencies = []
-    for _ in range(count + 2):
-        key = f"bench:stamp:{uuid.uuid4().hex}"
-        links = [
-            app.signature("agentstate.baseline.noop", args=[None], immutable=True)
-            for _ in range(HOPS - 1)
-        ]
-        links.append(app.signature("agentstate.baseline.stamp", args=[key], immutable=True))
-        sent = time.time()
-        chain(*links).apply_async()
-        stamped = keys.baseline_counter(key)
-        harness.wait_until(lambda k=stamped: r.exists(k) == 1, 60, "a chain")
-        latencies.append(float(r.get(stamped) or 0) - sent)
-    return latencies[2:]
 
 
 # -- history growth ------------------------------------------------------------------
@@ -175,20 +162,6 @@ def grow_history(session_id: str, extra: int) -> None:
         )
 
 
-def history_latency(settings: Settings, history: int, turns: int) -> float:
-    client = AgentClient(settings)
-    session_id = f"hist-{history}-{uuid.uuid4().hex[:6]}"
-    client.send_message(session_id, "hello", user_id="bench-user")
-    client.wait_for_idle(session_id, timeout=60)
-    if history > 2:
-        grow_history(session_id, history - 2)
-    for n in range(turns):
-        client.send_message(session_id, f"hello number {n}", user_id="bench-user")
-        client.wait_for_idle(session_id, timeout=60)
-    latencies = _latencies_from_timestamps(session_id)[3:]
-    return harness.median(latencies)
-
-
 # -- workflows -----------------------------------------------------------------------
 
 
@@ -208,11 +181,12 @@ def layered_dag(layers: int = 10, width: int = 100) -> dict[str, Any]:
     return {"steps": steps}
 
 
-def dag_seconds(settings: Settings) -> float:
+def dag_seconds(settings: Settings, layers: int = 10, width: int = 100) -> float:
+    """Seconds to run a layered DAG of ``layers`` x ``width`` echo steps."""
     client = AgentClient(settings)
     warm = client.start_workflow({"steps": [{"step_id": "w", "action": "echo"}]})
     client.wait_for_workflow(warm, timeout=60)
-    spec = layered_dag()
+    spec = layered_dag(layers, width)
     started = time.perf_counter()
     workflow_id = client.start_workflow(spec)
     doc = client.wait_for_workflow(workflow_id, timeout=600)
@@ -220,26 +194,22 @@ def dag_seconds(settings: Settings) -> float:
     return time.perf_counter() - started
 
 
-def bare_tasks_seconds(settings: Settings, count: int = 1000) -> float:
-    app = make_app(settings)
-    key = f"bench:bare:{uuid.uuid4().hex}"
-    started = time.perf_counter()
-    for _ in range(count):
-        app.send_task("agentstate.baseline.noop", args=[key])
-    harness.wait_until(lambda: harness.counter(key) >= count, 600, f"{count} bare tasks")
-    return time.perf_counter() - started
-
-
 # -- the lock ------------------------------------------------------------------------
 
 
-def _ours_lock_loop(n: int, session_id: str, out: Any) -> None:
+def prepare_ours_lock(settings: Settings, session_id: str, n: int) -> Prepared:
+    """(In a process of ``bench.warm``.) ``n`` contended updates of one session, after
+    one untimed update that opens the connections and loads the code."""
     from state.lock import DistributedStateSync
 
-    sync = DistributedStateSync(settings=harness.bench_settings())
-    for _ in range(n):
-        sync.update_state_atomic(session_id, _bump)
-    out.put(n)
+    sync = DistributedStateSync(settings=settings)
+    sync.update_state_atomic(session_id, _bump)
+
+    def run() -> None:
+        for _ in range(n):
+            sync.update_state_atomic(session_id, _bump)
+
+    return run, _nothing
 
 
 def _bump(doc: dict[str, Any]) -> dict[str, Any]:
@@ -247,41 +217,44 @@ def _bump(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def _raw_lock_loop(n: int, key: str, out: Any) -> None:
+def prepare_raw_lock(redis_url: str, key: str, n: int) -> Prepared:
+    """(In a process of ``bench.warm``.) ``n`` increments, each under SET NX + a Lua
+    release, after the connection is open and the script loaded."""
     import redis as redis_lib
 
     from state.storage.redis_client import RELEASE
 
-    r = redis_lib.Redis.from_url(harness.REDIS_URL)
+    r = redis_lib.Redis.from_url(redis_url)
     release = r.register_script(RELEASE)
     token = uuid.uuid4().hex
-    done = 0
-    while done < n:
-        if r.set(f"{key}:lock", token, nx=True, px=30000):
-            r.incr(f"{key}:n")
-            release(keys=[f"{key}:lock"], args=[token])
-            done += 1
-        else:
-            time.sleep(0.001)
-    out.put(n)
+    release(keys=[f"{key}:warm"], args=[token])  # loads the script, opens the connection
+
+    def run() -> None:
+        done = 0
+        while done < n:
+            if r.set(f"{key}:lock", token, nx=True, px=30000):
+                r.incr(f"{key}:n")
+                release(keys=[f"{key}:lock"], args=[token])
+                done += 1
+            else:
+                time.sleep(0.001)
+
+    return run, r.close
+
+
+def _nothing() -> None:
+    return None
 
 
 def lock_rates(processes: int = 4, each: int = 250) -> tuple[float, float]:
-    ctx = mp.get_context("spawn")
-
-    def run(target: Any, arg: str) -> float:
-        out = ctx.Queue()
-        procs = [ctx.Process(target=target, args=(each, arg, out)) for _ in range(processes)]
-        started = time.perf_counter()
-        for proc in procs:
-            proc.start()
-        for proc in procs:
-            proc.join()
-        return processes * each / (time.perf_counter() - started)
-
-    ours = run(_ours_lock_loop, f"lock-{uuid.uuid4().hex[:6]}")
-    raw = run(_raw_lock_loop, f"bench:rawlock:{uuid.uuid4().hex}")
-    return ours, raw
+    """Updates/s of ``processes`` processes contending for one lock: ours, then raw.
+    Both are timed warm (``bench.warm``): process start-up and imports are not timed."""
+    settings = harness.bench_settings()
+    session_id = f"lock-{uuid.uuid4().hex[:6]}"
+    key = f"bench:rawlock:{uuid.uuid4().hex}"
+    ours = warm.run_warm("bench.rows:prepare_ours_lock", [(settings, session_id, each)] * processes)
+    raw = warm.run_warm("bench.rows:prepare_raw_lock", [(harness.REDIS_URL, key, each)] * processes)
+    return processes * each / ours, processes * each / raw
 
 
 # -- statements ----------------------------------------------------------------------
@@ -316,26 +289,7 @@ def commit_micros(settings: dict[str, Settings], commits: int, rounds: int = 7) 
     return {label: harness.median(values) for label, values in results.items()}
 
 
-# -- LangGraph -----------------------------------------------------------------------
-
-
-def langgraph_turns_per_second(processes: int, sessions_n: int, per_session: int) -> float:
-    """LangGraph + PostgresSaver, a 6-node graph, durability="sync", N processes."""
-    script = [sys.executable, "-m", "bench.langgraph_baseline"]
-    prefix = f"lg-{uuid.uuid4().hex[:6]}"
-    subprocess.run([*script, "setup"], check=True, cwd=harness.REPO)
-    share = sessions_n // processes
-    started = time.perf_counter()
-    procs = [
-        subprocess.Popen(
-            [*script, "run", f"{prefix}-{p}", str(share), str(per_session)], cwd=harness.REPO
-        )
-        for p in range(processes)
-    ]
-    for proc in procs:
-        if proc.wait() != 0:
-            raise RuntimeError("the LangGraph baseline failed")
-    return share * processes * per_session / (time.perf_counter() - started)
+# -- Flower --------------------------------------------------------------------------
 
 
 def with_flower(settings: Settings) -> Flower:

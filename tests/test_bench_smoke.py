@@ -1,0 +1,110 @@
+"""``make bench``'s rows at tiny sizes, with real workers: the bench code cannot rot unseen.
+
+No timing is asserted (these machines are shared); what is checked is that the rows run
+against real Redis, Postgres and Celery workers and yield finite figures, that the load
+row's messages were each answered exactly once, and that the table renders.
+
+``make test`` installs the ``dev`` extra only, which keeps its install quick: every row of
+ours runs here with it. The rows that need the baselines' libraries (LangGraph, DBOS:
+the ``bench`` extra) are a test of their own, reported as skipped, with the reason,
+where that extra is not installed; nothing else is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+from collections.abc import Iterator
+
+import pytest
+
+from bench import harness
+from bench.__main__ import ROWS, render
+from bench.rows import Row
+from tests.support import BROKER_URL, REDIS_URL, TEST_DB
+
+pytestmark = pytest.mark.workers
+
+TINY = 0.001  # every size at its smallest
+SMOKE_DB = f"{TEST_DB}_bench"
+BASELINE_LIBRARIES = ("langgraph", "dbos", "psycopg_pool")
+
+
+@pytest.fixture(scope="module")
+def bench_target(pg_url: str) -> Iterator[None]:
+    """The harness on the tests' Redis DB indexes and a database of its own."""
+    saved = (harness.BENCH_DB, harness.REDIS_URL, harness.BROKER_URL)
+    harness.configure(database=SMOKE_DB, redis_url=REDIS_URL, broker_url=BROKER_URL)
+    harness.fresh_database()
+    yield
+    harness.drop(f"{SMOKE_DB}_dbos")
+    harness.drop(SMOKE_DB)
+    harness.configure(database=saved[0], redis_url=saved[1], broker_url=saved[2])
+
+
+def run(*names: str) -> tuple[list[Row], list[str]]:
+    table: list[Row] = []
+    notes: list[str] = []
+    args = argparse.Namespace(memory_turns=100)
+    for name in names:
+        ROWS[name](table, notes, TINY, args)
+    return table, notes
+
+
+def finite(table: list[Row]) -> None:
+    for row in table:
+        assert math.isfinite(row.ours) and row.ours >= 0, row
+        assert math.isfinite(row.baseline) and row.baseline > 0, row
+
+
+def test_our_rows_with_targets_run_and_give_finite_figures(bench_target: None) -> None:
+    table, notes = run("latency", "dag", "history", "memory", "load", "lock")
+    finite(table)
+    assert {"floor chain: 6 hops, 1 commit each", "bare 6-hop chain"} <= {
+        row.baseline_name for row in table
+    }
+    once = next(row for row in table if "answered exactly once" in row.name)
+    assert once.verdict == "met" and once.ours == once.baseline == 10 * 5  # 10 sessions
+    assert all(row.verdict in {"met", "missed"} for row in table if "x" in row.target)
+    text = render(table, notes, 60.0, quick=True)
+    assert text.count("\n| ") == len(table) + 1  # the header and one line per row
+
+
+def test_the_event_log_rows_run(bench_target: None) -> None:
+    table, _ = run("push", "eventlog", "turncost", "storage")
+    finite(table[:-1])
+    # A few turns may grow no table by a page (sizes are whole pages): no ratio to check.
+    assert table[-1].ours >= 0 and table[-1].baseline >= 0
+    assert [row.name.split(" (")[0] for row in table] == [
+        "push latency p50",
+        "push latency p95",
+        "turns/s every_phase, event log + push vs push off",
+        "turn in-process: phases, event push on vs off",
+        "bytes stored per turn",
+    ]
+
+
+def test_a_row_verdict_reads_its_target() -> None:
+    assert Row("a", 9.0, 10.0, "x/s", "b", target=">= 0.9x").verdict == "met"
+    assert Row("a", 8.0, 10.0, "x/s", "b", target=">= 0.9x").verdict == "missed"
+    assert Row("a", 13.0, 10.0, "ms", "b", False, "<= 1.2x").verdict == "missed"
+    assert Row("a", 1.0, 2.0, "s", "b", False, "report").verdict == ""
+    assert Row("a", 1.0, 2.0, "n", "b", target="all", check=False).verdict == "missed"
+
+
+@pytest.mark.skipif(
+    not all(importlib.util.find_spec(name) for name in BASELINE_LIBRARIES),
+    reason="the bench extra (LangGraph, DBOS) is not installed: pip install -e '.[bench]'",
+)
+def test_the_throughput_row_runs_every_baseline(bench_target: None) -> None:
+    table, _ = run("throughput")
+    finite(table)
+    assert {
+        "floor: 6 hops, 1 commit each",
+        "LangGraph in-process",
+        "LangGraph, 1 Celery task per turn",
+        "DBOS, 6-step durable workflow",
+        "bare 6-hop chain",
+    } <= {row.baseline_name for row in table}
+    assert all(row.verdict in {"met", "missed"} for row in table if row.target)
