@@ -84,6 +84,20 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
     return Settings(**values)
 
 
+def agent_test_settings(database_url: str, **overrides: Any) -> Settings:
+    """Settings for a module that runs the test agent and actions on workers of its own
+    (a queue of its own, quick step retries, no sweep interference)."""
+    values: dict[str, Any] = {
+        "queue": uid("q"),
+        "agent": "tests.agents",
+        "action_modules": "tests.actions_for_tests",
+        "retry_backoff": 0.05,
+        "stuck_after": 30.0,
+    }
+    values.update(overrides)
+    return make_settings(database_url, **values)
+
+
 def settings_env(settings: Settings) -> dict[str, str]:
     """The AGENTSTATE_* environment that reproduces ``settings`` in a subprocess."""
     env = child_environment(settings)

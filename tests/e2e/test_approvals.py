@@ -29,23 +29,14 @@ from tests.actions_for_tests import effects_key
 from tests.agents import risky_key
 from tests.e2e.test_cli import assert_one_line_error, run
 from tests.services import Beat, PrivateRedis
-from tests.support import Workers, make_settings, uid
+from tests.support import Workers, agent_test_settings, uid
 
 pytestmark = pytest.mark.workers
 
 
 @pytest.fixture(scope="module")
 def approval_settings(pg_url: str, private_redis: PrivateRedis) -> Settings:
-    return make_settings(
-        pg_url,
-        redis_url=f"{private_redis.url}/0",
-        queue=uid("q"),
-        agent="tests.agents",
-        action_modules="tests.actions_for_tests",
-        retry_backoff=0.05,
-        stuck_after=30.0,
-        sweep_interval=1.0,
-    )
+    return agent_test_settings(pg_url, redis_url=f"{private_redis.url}/0", sweep_interval=1.0)
 
 
 @pytest.fixture(scope="module")

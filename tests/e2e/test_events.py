@@ -35,7 +35,7 @@ from tasks.base import AgentStateTask
 from tasks.client import AgentClient
 from tasks.maintenance import PRUNE_TASK, prune_events
 from tests.services import PrivateRedis
-from tests.support import REPO, Workers, make_settings, settings_env, uid
+from tests.support import REPO, Workers, agent_test_settings, settings_env, uid
 
 pytestmark = pytest.mark.workers
 AGENTSTATE = str(Path(sys.executable).with_name("agentstate"))
@@ -43,15 +43,7 @@ AGENTSTATE = str(Path(sys.executable).with_name("agentstate"))
 
 @pytest.fixture(scope="module")
 def events_settings(pg_url: str, private_redis: PrivateRedis) -> Settings:
-    return make_settings(
-        pg_url,
-        redis_url=f"{private_redis.url}/0",
-        queue=uid("q"),
-        agent="tests.agents",
-        action_modules="tests.actions_for_tests",
-        retry_backoff=0.05,
-        stuck_after=30.0,
-    )
+    return agent_test_settings(pg_url, redis_url=f"{private_redis.url}/0")
 
 
 @pytest.fixture(scope="module")

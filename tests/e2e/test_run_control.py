@@ -24,7 +24,7 @@ from state.errors import (
 from tasks.app import make_app
 from tasks.client import AgentClient
 from tests.actions_for_tests import effects_key
-from tests.support import Workers, make_settings, uid
+from tests.support import Workers, agent_test_settings, uid
 
 pytestmark = pytest.mark.workers
 
@@ -33,14 +33,7 @@ FLAKY_TWICE = {"name": "flaky", "failures": 2}
 
 @pytest.fixture(scope="module")
 def control_settings(pg_url: str) -> Settings:
-    return make_settings(
-        pg_url,
-        queue=uid("q"),
-        agent="tests.agents",
-        action_modules="tests.actions_for_tests",
-        retry_backoff=0.05,
-        stuck_after=30.0,
-    )
+    return agent_test_settings(pg_url)
 
 
 @pytest.fixture(scope="module")
