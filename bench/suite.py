@@ -300,6 +300,7 @@ def carry(table: Table, notes: list[str], scale: float, args: Any) -> None:
     on, off = best["carried"][0], best["not carried"][0]
     table.append(Row("turns/s every_phase, carried vs not", on, off, "turns/s", "not carried"))
     _carry_latency(table, modes, sized(60, scale, 3))
+    _carry_in_process(table, sized(150, scale, 10), sized(8, scale, 1))
     notes.append(
         "carried: quick phases' messages carry their snapshot (AGENTSTATE_CARRY_SNAPSHOT); "
         "each figure's floor ran on the same workers right before it."
@@ -329,6 +330,29 @@ def _carry_latency(table: Table, modes: dict[str, Settings], count: int) -> None
                 higher_is_better=False,
             )
         )
+
+
+def _carry_in_process(table: Table, turns: int, rounds: int) -> None:
+    # A phase's own cost, without the broker and the worker's main process (which bound
+    # the throughput): best of interleaved runs of bench/turn_cost.py.
+    from bench import eventlog  # here: eventlog imports this module
+
+    here = str(harness.REPO)
+    runs: dict[str, list[float]] = {"carried": [], "not carried": []}
+    for _ in range(rounds):
+        runs["carried"].append(eventlog.in_process_cost(here, turns)[0])
+        runs["not carried"].append(eventlog.in_process_cost(here, turns, "--no-carry")[0])
+    say(f"phases' ms per turn in-process: {runs}")
+    table.append(
+        Row(
+            "turn in-process: phases, carried vs not",
+            min(runs["carried"]),
+            min(runs["not carried"]),
+            "ms",
+            "not carried",
+            higher_is_better=False,
+        )
+    )
 
 
 def lock(table: Table, notes: list[str], scale: float, args: Any) -> None:

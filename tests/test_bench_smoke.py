@@ -119,4 +119,5 @@ def test_the_carry_row_runs(bench_target: None) -> None:
         "turns/s every_phase, carried vs not",
         "turn latency p50 every_phase [carried]",
         "turn latency p50 every_phase [not carried]",
+        "turn in-process: phases, carried vs not",
     ]
