@@ -134,18 +134,17 @@ class TurnEngine:
         held.outcome.revision = snap.revision
         try:
             snap = self._run_phases(delivery.phase, snap, delivery.task_id, held)
-        except StaleStateError:
-            if held.outcome.phases:
-                raise
-            return None
-        if not held.outcome.phases:
-            return held.outcome  # nothing to do (no queued message): nothing to publish
-        try:
+            if not held.outcome.phases:
+                return held.outcome  # nothing to do (no queued message): nothing to cache
             self._cache_user_states(held.followups)
             payload = codec.dumps(snap.to_cache())
             self.services.sync.publish(snap, payload)
             self._send(snap, held.followups, payload)
-        except BaseException:
+        except BaseException as exc:
+            if not held.outcome.phases:
+                if isinstance(exc, StaleStateError):
+                    return None
+                raise
             self.services.notifier.session(delivery.session_id)  # committed: still wake
             raise
         held.outcome.revision = snap.revision

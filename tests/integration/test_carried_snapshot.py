@@ -238,3 +238,38 @@ def test_a_carried_snapshot_that_is_not_one_is_ignored() -> None:
     for value in bad:
         raw = value if isinstance(value, str) else codec.dumps(value)
         assert carried_snapshot("s-1", 1, raw) is None, value
+
+
+def test_a_forged_snapshot_with_nothing_to_do_is_never_cached(pg_settings: Settings) -> None:
+    engine, dispatcher, _sync = engine_for(pg_settings)
+    session_id = uid("s")
+    send(engine, dispatcher, session_id, "what is 6*7?")
+    drain(engine, dispatcher)
+    sessions = engine.services.sessions
+    snap = sessions.load_from_database(session_id)
+    assert snap is not None and snap.phase == "idle"
+    forged = codec.dumps({**snap.to_cache(), "doc": {**snap.doc, "forged": True}})
+    delivery = Delivery(Phase.UNDERSTANDING, session_id, snap.revision, uid("f"), carried=forged)
+    assert engine.run_phase(delivery).status == "nothing-to-do"  # no message waits
+    cached = sessions.load(session_id, expected_revision=snap.revision)
+    assert cached is not None and "forged" not in cached.doc
+
+
+def test_a_retried_delivery_ignores_what_it_carries(pg_settings: Settings) -> None:
+    engine, dispatcher, sync = engine_for(pg_settings)
+    session_id = uid("s")
+    send(engine, dispatcher, session_id, "what is 6*7?")
+    engine.run_phase(next_delivery(dispatcher))
+    planning = next_delivery(dispatcher)
+    assert planning.carried is not None
+    before = len(sync.acquired)
+    retried = Delivery(
+        planning.phase,
+        session_id,
+        planning.revision,
+        planning.task_id,
+        use_cache=False,
+        carried=planning.carried,
+    )
+    assert engine.run_phase(retried).status == "applied"
+    assert len(sync.acquired) == before + 1  # its own commit may have landed: it asks the row
