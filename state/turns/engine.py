@@ -335,7 +335,10 @@ class TurnEngine:
         returned by the limit, its worker's watchdog ends the turn. That commit needs no
         lock and is fenced by the revision, so the turn ends once, whoever is first: the
         watchdog, or the handler's own late commit. Meanwhile the live worker holds the
-        lock, so the sweep does not hand the stuck phase to another worker to run again."""
+        lock, so the sweep does not hand the stuck phase to another worker to run again
+        (a quick phase run from a carried snapshot holds none: by default this limit ends
+        it long before AGENTSTATE_STUCK_AFTER, and a copy the sweep resumes meanwhile
+        commits at most once, by the revision guard)."""
         if phase == Phase.EXECUTING:
             return nullcontext()
         snap, cause = draft.snap, self._overrun_cause(phase)

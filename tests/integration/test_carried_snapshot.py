@@ -273,3 +273,19 @@ def test_a_retried_delivery_ignores_what_it_carries(pg_settings: Settings) -> No
     )
     assert engine.run_phase(retried).status == "applied"
     assert len(sync.acquired) == before + 1  # its own commit may have landed: it asks the row
+
+
+def test_a_message_that_waited_starts_its_turn_from_the_carried_snapshot(
+    pg_settings: Settings,
+) -> None:
+    engine, dispatcher, sync = engine_for(pg_settings)
+    session_id = uid("s")
+    send(engine, dispatcher, session_id, "what is 1+1?")
+    engine.run_phase(next_delivery(dispatcher))  # understanding: now mid-turn
+    assert not engine.services.inbox.accept(session_id, "u-1", "what is 2+2?").needs_kick
+    ran = drain(engine, dispatcher)
+    assert ran == applied(TURN[1:] + TURN)  # the first turn's end dispatched the second
+    assert ("understanding", session_id, 6) in dispatcher.carried
+    assert len(sync.acquired) == 3  # the kick, and each turn's executing
+    contents = [m["content"] for m in engine.services.sessions.history(session_id)]
+    assert contents == ["what is 1+1?", "1+1 = 2", "what is 2+2?", "2+2 = 4"]
