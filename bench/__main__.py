@@ -26,6 +26,7 @@ ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
     "load": suite.load_held,
     "pools": suite.pools,
     "events": suite.events,
+    "carry": suite.carry,
     "lock": suite.lock,
     # Deployment choices (bench/deploy.py): RabbitMQ, PgBouncer.
     "brokers": deploy.brokers,

@@ -270,7 +270,7 @@ def throughput(table: list[Row], notes: list[str], scale: float, args: Any) -> N
         )
 
 
-def _turn_cost(pythonpath: str, turns: int, *flags: str) -> tuple[float, float]:
+def in_process_cost(pythonpath: str, turns: int, *flags: str) -> tuple[float, float]:
     """(worker's, client's) ms per turn of ``bench/turn_cost.py`` run with the code at
     ``pythonpath``: the phases, and accepting the message."""
     script = str(harness.REPO / "bench" / "turn_cost.py")
@@ -291,10 +291,10 @@ def turn_cost(table: list[Row], notes: list[str], scale: float, args: Any) -> No
     base = os.environ.get("BENCH_BASE_PYTHONPATH")
     runs: dict[str, list[tuple[float, float]]] = {"on": [], "off": [], "base": []}
     for _ in range(rounds):
-        runs["on"].append(_turn_cost(here, turns))
-        runs["off"].append(_turn_cost(here, turns, "--no-push"))
+        runs["on"].append(in_process_cost(here, turns))
+        runs["off"].append(in_process_cost(here, turns, "--no-push"))
         if base:
-            runs["base"].append(_turn_cost(base, turns))
+            runs["base"].append(in_process_cost(base, turns))
     say(f"(phases, accept) ms per turn in-process: {runs}")
     best = {
         name: (min(r[0] for r in found), min(r[1] for r in found))

@@ -14,7 +14,7 @@ from typing import Any
 from bench import baselines, harness, load, rows
 from bench.harness import say
 from bench.rows import Row
-from config import HopPolicy
+from config import HopPolicy, Settings
 
 SHAPE: dict[str, Any] = {"count": 1, "concurrency": 2, "pool": "prefork"}
 SHAPE_NAME = "1 worker x 2 prefork children"
@@ -274,6 +274,85 @@ def events(table: Table, notes: list[str], scale: float, args: Any) -> None:
         table.append(
             Row(f"turns/s every_phase [{label}]", ours, bare, "turns/s", "bare 6-hop chain")
         )
+
+
+def carry(table: Table, notes: list[str], scale: float, args: Any) -> None:
+    """every_phase with quick phases run from the snapshot their message carries (no
+    lock, no cache read) vs without (AGENTSTATE_CARRY_SNAPSHOT=false), each against
+    the floor measured on the same workers: turns/s (best of the rounds), then an idle
+    turn's p50 with the two worker groups up at once and their probes taking turns."""
+    sessions, per = _turns(scale)
+    modes = {
+        "carried": harness.bench_settings(action_modules=FLOOR),
+        "not carried": harness.bench_settings(action_modules=FLOOR, carry_snapshot=False),
+    }
+    best: dict[str, tuple[float, float]] = {}
+    for _ in range(sized(3, scale, 1)):
+        for label, settings in modes.items():
+            with harness.workers(settings, **SHAPE):
+                floor = baselines.floor_per_second(settings, sessions, per)
+                ours = rows.turns_per_second(settings, sessions, per)
+            say(f"{label}: every_phase {ours:.1f}, floor {floor:.1f} turns/s")
+            if ours > best.get(label, (0.0, 0.0))[0]:
+                best[label] = (ours, floor)
+    for label, (ours, floor) in best.items():
+        table.append(Row(f"turns/s every_phase [{label}]", ours, floor, "turns/s", "floor: 6 hops"))
+    on, off = best["carried"][0], best["not carried"][0]
+    table.append(Row("turns/s every_phase, carried vs not", on, off, "turns/s", "not carried"))
+    _carry_latency(table, modes, sized(60, scale, 3))
+    _carry_in_process(table, sized(150, scale, 10), sized(8, scale, 1))
+    notes.append(
+        "carried: quick phases' messages carry their snapshot (AGENTSTATE_CARRY_SNAPSHOT); "
+        "each figure's floor ran on the same workers right before it."
+    )
+
+
+def _carry_latency(table: Table, modes: dict[str, Settings], count: int) -> None:
+    on, off = modes["carried"], modes["not carried"]
+    with harness.workers(on, **SHAPE), harness.workers(off, **SHAPE):
+        probes = {
+            "floor": baselines.HopProbe(on, commit=True),
+            "carried": rows.TurnProbe(on),
+            "not carried": rows.TurnProbe(off),
+        }
+        for _ in range(count + 2):
+            for probe in probes.values():
+                probe.once()
+    floor, carried, plain = (probe.latencies() for probe in probes.values())
+    for label, ours in (("carried", carried), ("not carried", plain)):
+        table.append(
+            Row(
+                f"turn latency p50 every_phase [{label}]",
+                harness.percentile(ours, 50) * 1000,
+                harness.percentile(floor, 50) * 1000,
+                "ms",
+                "floor chain: 6 hops, 1 commit each",
+                higher_is_better=False,
+            )
+        )
+
+
+def _carry_in_process(table: Table, turns: int, rounds: int) -> None:
+    # A phase's own cost, without the broker and the worker's main process (which bound
+    # the throughput): best of interleaved runs of bench/turn_cost.py.
+    from bench import eventlog  # here: eventlog imports this module
+
+    here = str(harness.REPO)
+    runs: dict[str, list[float]] = {"carried": [], "not carried": []}
+    for _ in range(rounds):
+        runs["carried"].append(eventlog.in_process_cost(here, turns)[0])
+        runs["not carried"].append(eventlog.in_process_cost(here, turns, "--no-carry")[0])
+    say(f"phases' ms per turn in-process: {runs}")
+    table.append(
+        Row(
+            "turn in-process: phases, carried vs not",
+            min(runs["carried"]),
+            min(runs["not carried"]),
+            "ms",
+            "not carried",
+            higher_is_better=False,
+        )
+    )
 
 
 def lock(table: Table, notes: list[str], scale: float, args: Any) -> None:

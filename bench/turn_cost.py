@@ -4,11 +4,12 @@ in this process by the turn engine (no broker, no worker), against Postgres and 
 Run as a script so that the code under ``PYTHONPATH`` is measured (``bench/eventlog.py``
 runs it for this checkout and for one from before the event log)::
 
-    python bench/turn_cost.py DATABASE_URL REDIS_URL TURNS [--no-push]
+    python bench/turn_cost.py DATABASE_URL REDIS_URL TURNS [--no-push] [--no-carry]
 
 It prints one JSON object: ``{"ms_per_turn", "cpu_ms_per_turn", "accept_ms_per_turn"}``
 (the last is the client's part: accepting the message). It uses only
-APIs the code before the event log has too.
+APIs the code before the event log has too (a snapshot a phase dispatch carried is
+handed on only where the code has them).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ def main() -> None:
     from state.turns.services import TurnServices
 
     database_url, redis_url, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    options = {"events": False} if "--no-push" in sys.argv else {}
+    options: dict[str, bool] = {"events": False} if "--no-push" in sys.argv else {}
+    if "--no-carry" in sys.argv:
+        options["carry_snapshot"] = False
     settings = Settings(
         database_url=database_url, redis_url=redis_url, auto_migrate=False, **options
     )
@@ -53,7 +56,9 @@ def main() -> None:
                 delivery = None
                 if phases:
                     phase, _, revision = phases[-1]
-                    delivery = Delivery(Phase(str(phase)), session_id, revision)  # type: ignore[arg-type]
+                    carried = getattr(dispatcher, "carried", {}).get((phase, session_id, revision))
+                    extra = {"carried": carried} if carried is not None else {}
+                    delivery = Delivery(Phase(str(phase)), session_id, revision, **extra)  # type: ignore[arg-type]
 
     turns(f"warm-{uuid.uuid4().hex[:8]}", 5)
     accepting[0] = 0.0

@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     phase_time_limit: float = Field(10.0, gt=0)
     stuck_after: float = Field(60.0, gt=0)
     hop_policy: HopPolicy = HopPolicy.EVERY_PHASE
+    # A quick phase's message carries the snapshot it continues from (Postgres only):
+    # it then reads no cache and takes no lock; its commit checks the snapshot.
+    carry_snapshot: bool = True
     # Events: handlers' own events, and how long the event log and revisions are kept.
     # AGENTSTATE_EVENTS=false stops only the push that wakes followers (they then poll
     # slowly); the log itself is always written.

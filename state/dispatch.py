@@ -9,8 +9,13 @@ class Dispatcher(Protocol):
     """Enqueues work. Every message carries the revision it expects, so duplicates are
     harmless and a dispatch may safely be repeated."""
 
-    def phase(self, phase: str, session_id: str, revision: int | None) -> None:
-        """Run ``phase`` of the session at ``revision`` (None: start a turn if idle)."""
+    def phase(
+        self, phase: str, session_id: str, revision: int | None, carried: str | None = None
+    ) -> None:
+        """Run ``phase`` of the session at ``revision`` (None: start a turn if idle).
+
+        ``carried``: the snapshot at ``revision`` in its cache form (JSON), which the
+        phase may continue from instead of reading it (its commit checks it)."""
 
     def timeout(self, session_id: str, deadline: float, delay_s: float) -> None:
         """Check the session's execution deadline after ``delay_s`` seconds."""
@@ -27,9 +32,15 @@ class RecordingDispatcher:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, tuple[object, ...]]] = []
+        # The snapshot each phase dispatch carried, by (phase, session_id, revision).
+        self.carried: dict[tuple[str, str, int | None], str] = {}
 
-    def phase(self, phase: str, session_id: str, revision: int | None) -> None:
+    def phase(
+        self, phase: str, session_id: str, revision: int | None, carried: str | None = None
+    ) -> None:
         self.sent.append(("phase", (phase, session_id, revision)))
+        if carried is not None:
+            self.carried[(str(phase), session_id, revision)] = carried
 
     def timeout(self, session_id: str, deadline: float, delay_s: float) -> None:
         self.sent.append(("timeout", (session_id, deadline, delay_s)))

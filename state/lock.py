@@ -39,6 +39,7 @@ from state.storage.cache import CachedEntry, decode_entry
 from state.storage.redis_client import (
     ACQUIRE,
     ACQUIRE_AND_READ,
+    CACHE_PUT_AND_PUSH,
     CACHE_PUT_AND_RELEASE,
     RELEASE,
     RENEW,
@@ -108,6 +109,7 @@ class DistributedStateSync:
         self._release = self.redis.register_script(RELEASE)
         self._renew = self.redis.register_script(RENEW)
         self._put_and_release = self.redis.register_script(CACHE_PUT_AND_RELEASE)
+        self._put_and_push = self.redis.register_script(CACHE_PUT_AND_PUSH)
 
     @property
     def ttl_ms(self) -> int:
@@ -262,12 +264,30 @@ class DistributedStateSync:
             logger.warning("releasing %s failed; it expires on its own: %s", handle.key, exc)
             return False
 
-    def publish_and_release(self, handle: LockHandle, snapshot: Snapshot) -> None:
+    def publish(self, snapshot: Snapshot, payload: str | None = None) -> None:
+        """Write a snapshot committed without the lock to the cache and wake the session's
+        event followers, in one round trip (``payload``: its cache form, if encoded)."""
+        cache_key = keys.session_cache(snapshot.session_id)
+        payload = payload if payload is not None else codec.dumps(snapshot.to_cache())
+        channel = keys.session_events(snapshot.session_id) if self.push else ""
+        try:
+            self._put_and_push(
+                keys=[cache_key],
+                args=[snapshot.revision, payload, self.store.cache.ttl_s, channel],
+            )
+        except redis.RedisError as exc:
+            # The next reader must not trust an older entry: drop it (it reads the row).
+            logger.warning("cache write for %s failed: %s", snapshot.session_id, exc)
+            self.store.cache.evict(cache_key)
+
+    def publish_and_release(
+        self, handle: LockHandle, snapshot: Snapshot, payload: str | None = None
+    ) -> None:
         """Write the committed snapshot to the cache, wake the session's event followers
-        and release, in one round trip."""
+        and release, in one round trip (``payload``: its cache form, if encoded)."""
         _renewer.unregister(handle.token)
         cache_key = keys.session_cache(snapshot.session_id)
-        payload = codec.dumps(snapshot.to_cache())
+        payload = payload if payload is not None else codec.dumps(snapshot.to_cache())
         channel = keys.session_events(snapshot.session_id) if self.push else ""
         try:
             self._put_and_release(

@@ -21,9 +21,17 @@ class CeleryDispatcher:
         # RabbitMQ quorum queues); None: sent as asked.
         self.broker = broker
 
-    def phase(self, phase: str, session_id: str, revision: int | None) -> None:
-        """Enqueue ``agentstate.phase.<phase>``."""
-        self.app.send_task(PHASE_TASK.format(phase), args=[session_id, revision])
+    def phase(
+        self, phase: str, session_id: str, revision: int | None, carried: str | None = None
+    ) -> None:
+        """Enqueue ``agentstate.phase.<phase>`` (with the snapshot it continues from, if
+        ``carried``: kept out of the arguments' repr, which logs and Flower show)."""
+        name = PHASE_TASK.format(phase)
+        if carried is None:
+            self.app.send_task(name, args=[session_id, revision])
+            return
+        shown = repr([session_id, revision, f"<snapshot, {len(carried)} chars>"])
+        self.app.send_task(name, args=[session_id, revision, carried], argsrepr=shown)
 
     def timeout(self, session_id: str, deadline: float, delay_s: float) -> None:
         """Enqueue the deadline check to run after ``delay_s`` seconds."""

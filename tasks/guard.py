@@ -33,6 +33,7 @@ from kombu.exceptions import DecodeError
 
 from state.errors import InvalidIdError, MalformedTaskMessageError
 from state.ids import validate_id
+from state.sessions.snapshot import CARRY_MAX_CHARS
 from tasks.guard_headers import MAX_INT, TASK_ID, check_fields, one_line, shown
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,9 @@ ID_ARGUMENTS = {
     "workflow_id": "workflow",
     "step_id": "step",
 }
+# Arguments whose text is bounded, wherever a task takes them: the snapshot a phase
+# message carries is never sent bigger, so a bigger one is forged.
+BOUNDED_ARGUMENTS = {"carried": CARRY_MAX_CHARS}
 _P = inspect.Parameter
 
 
@@ -175,6 +179,11 @@ def check_argument(name: str, value: object, hint: object) -> None:
     if not fits(value, hint):
         raise MalformedTaskMessageError(
             f"argument {name} must be {meaning(hint)}; got {shown(value)}"
+        )
+    bound = BOUNDED_ARGUMENTS.get(name)
+    if bound is not None and isinstance(value, str) and len(value) > bound:
+        raise MalformedTaskMessageError(
+            f"argument {name} is {len(value)} characters, more than {bound}"
         )
     kind = ID_ARGUMENTS.get(name)
     if kind is not None and isinstance(value, str):

@@ -18,9 +18,20 @@ from tasks.runtime import runtime
 
 
 def _phase_task(phase: Phase) -> Any:
-    def run_phase(self: AgentStateTask, session_id: str, revision: int | None = None) -> Any:
+    def run_phase(
+        self: AgentStateTask,
+        session_id: str,
+        revision: int | None = None,
+        carried: str | None = None,
+    ) -> Any:
         delivery = Delivery(
-            phase, session_id, revision, self.request.id, not self.repeated, self.redelivered
+            phase,
+            session_id,
+            revision,
+            self.request.id,
+            not self.repeated,
+            self.redelivered,
+            carried,
         )
         return self.attempt(
             lambda: runtime().turns.run_phase(delivery).as_dict(),
@@ -28,7 +39,10 @@ def _phase_task(phase: Phase) -> Any:
         )
 
     run_phase.__name__ = run_phase.__qualname__ = phase.value
-    run_phase.__doc__ = f"Run the {phase} phase of a session's turn at ``revision``."
+    run_phase.__doc__ = (
+        f"Run the {phase} phase of a session's turn at ``revision`` (from the snapshot "
+        "``carried``, if any: untrusted, its commit checks it against the row)."
+    )
     return app.task(name=PHASE_TASK.format(phase), base=AgentStateTask, bind=True)(run_phase)
 
 

@@ -108,3 +108,16 @@ def test_the_throughput_row_runs_every_baseline(bench_target: None) -> None:
         "bare 6-hop chain",
     } <= {row.baseline_name for row in table}
     assert all(row.verdict in {"met", "missed"} for row in table if row.target)
+
+
+def test_the_carry_row_runs(bench_target: None) -> None:
+    table, _ = run("carry")
+    finite(table)
+    assert [row.name for row in table] == [
+        "turns/s every_phase [carried]",
+        "turns/s every_phase [not carried]",
+        "turns/s every_phase, carried vs not",
+        "turn latency p50 every_phase [carried]",
+        "turn latency p50 every_phase [not carried]",
+        "turn in-process: phases, carried vs not",
+    ]

@@ -3,9 +3,10 @@ guarded update and the documents built from rows."""
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, insert, update
+from sqlalchemy import Connection, Update, insert, text, update
 
 from state.clock import utcnow
+from state.documents import codec
 from state.documents.codec import Document
 from state.errors import LockLostError, StaleStateError
 from state.events import revisions
@@ -92,14 +93,22 @@ def insert_messages(
 
 
 def guarded_update(conn: Connection, snapshot: Snapshot, change: SessionChange) -> bool:
-    """Write ``change`` to the row if it is still at ``snapshot.revision``; True if it was."""
+    """Write ``change`` to the row if it is still at ``snapshot.revision``; True if it was.
+
+    A snapshot carried in a task message is untrusted: the row must also hold exactly
+    it (Postgres compares the documents in jsonb's canonical text). Elsewhere nothing
+    can check that, so such a write is refused as stale (its phase then reads the row).
+    """
+    statement = update(sessions).where(
+        sessions.c.session_id == snapshot.session_id,
+        sessions.c.revision == snapshot.revision,
+    )
+    if snapshot.carried:
+        if conn.dialect.name != "postgresql":
+            return False
+        statement = _bound_to(statement, snapshot)
     result = conn.execute(
-        update(sessions)
-        .where(
-            sessions.c.session_id == snapshot.session_id,
-            sessions.c.revision == snapshot.revision,
-        )
-        .values(
+        statement.values(
             revision=snapshot.revision + 1,
             phase=change.phase,
             status=change.status,
@@ -112,6 +121,22 @@ def guarded_update(conn: Connection, snapshot: Snapshot, change: SessionChange) 
         )
     )
     return result.rowcount == 1
+
+
+def _bound_to(statement: Update, snapshot: Snapshot) -> Update:
+    """``statement`` applying only to a row that holds exactly ``snapshot``."""
+    seen_doc = text("sessions.doc::text = (CAST(:seen_doc AS jsonb))::text").bindparams(
+        seen_doc=codec.dumps(snapshot.doc)
+    )
+    return statement.where(
+        seen_doc,
+        sessions.c.user_id == snapshot.user_id,
+        sessions.c.phase == snapshot.phase,
+        sessions.c.status == snapshot.status,
+        sessions.c.message_count == snapshot.message_count,
+        sessions.c.last_task_id.is_not_distinct_from(snapshot.last_task_id),
+        sessions.c.deadline_at.is_not_distinct_from(snapshot.deadline_at),
+    )
 
 
 def stale(snapshot: Snapshot) -> StaleStateError:

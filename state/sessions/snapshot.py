@@ -9,6 +9,7 @@ from enum import StrEnum
 
 from sqlalchemy import Connection
 
+from state.documents import codec
 from state.documents.codec import Document
 
 TransactionOp = Callable[[Connection], None]
@@ -38,6 +39,9 @@ class Snapshot:
     stored: bool = True  # False: not in the database yet (its first commit inserts it)
     # Recoveries of this revision so far (read from the database; a cached copy says 0).
     recoveries: int = 0
+    # True: taken from a task message (untrusted), so its commit also requires the row to
+    # hold exactly this snapshot (see ``SessionStore.verifies_carried``).
+    carried: bool = False
 
     def to_cache(self) -> Document:
         """The cache payload (everything but the revision, which the entry carries)."""
@@ -65,6 +69,51 @@ class Snapshot:
             last_task_id=payload.get("last_task_id"),
             deadline_at=payload.get("deadline_at"),
         )
+
+
+# The most JSON characters a phase message carries as its snapshot; a bigger snapshot
+# is not carried (its phase reads the cache), and a message carrying more is refused.
+CARRY_MAX_CHARS = 32 * 1024
+
+
+def carried_snapshot(session_id: str, revision: int, raw: str) -> Snapshot | None:
+    """The snapshot a phase message carries (``Snapshot.to_cache`` as JSON), or None if
+    it is not one. Every field is type-checked: the message is untrusted, and its commit
+    only lands if the stored row matches it."""
+    if len(raw) > CARRY_MAX_CHARS:
+        return None
+    try:
+        payload = codec.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(payload, dict) or not _carried_fields_fit(payload):
+        return None
+    return Snapshot(
+        session_id=session_id,
+        user_id=payload["user_id"],
+        phase=payload["phase"],
+        status=payload["status"],
+        revision=revision,
+        doc=payload["doc"],
+        message_count=payload["message_count"],
+        last_task_id=payload.get("last_task_id"),
+        deadline_at=payload.get("deadline_at"),
+        carried=True,
+    )
+
+
+def _carried_fields_fit(payload: Document) -> bool:
+    count, deadline = payload.get("message_count"), payload.get("deadline_at")
+    return (
+        all(isinstance(payload.get(name), str) for name in ("user_id", "phase", "status"))
+        and isinstance(payload.get("doc"), dict)
+        and isinstance(count, int)
+        and not isinstance(count, bool)
+        and 0 <= count < 2**31
+        and isinstance(payload.get("last_task_id"), str | None)
+        and (deadline is None or isinstance(deadline, float | int))
+        and not isinstance(deadline, bool)
+    )
 
 
 @dataclass(frozen=True)

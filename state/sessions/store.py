@@ -74,6 +74,12 @@ class SessionStore:
             return PostgresSessionStore(engine, cache, statements or PREPARED)
         return SessionStore(engine, cache)
 
+    @property
+    def verifies_carried(self) -> bool:
+        """Whether a commit can check a snapshot carried in a task message against the
+        row (only Postgres can: elsewhere a carried snapshot always commits stale)."""
+        return False
+
     # -- reading ---------------------------------------------------------------
 
     def load(self, session_id: str, expected_revision: int | None = None) -> Snapshot | None:

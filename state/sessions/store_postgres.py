@@ -7,6 +7,10 @@ turn needs one more statement, in the same transaction: the check for queued mes
 must run after the session row is locked and updated, so that a message committed
 meanwhile is seen (a statement's own snapshot would miss it). A commit with extra work
 (``ops``, ``prepare``) or a session's first write takes the portable path.
+
+A snapshot carried in a task message is bound to the row by the same statement: it
+updates only a row whose document (in jsonb's canonical text) and columns are the
+carried ones, so a forged or stale snapshot commits nothing.
 """
 
 from __future__ import annotations
@@ -33,8 +37,15 @@ UPDATE sessions SET revision = %(new_revision)s, phase = %(phase)s, status = %(s
     doc = %(doc)s::jsonb, message_count = %(message_count)s, last_task_id = %(task_id)s,
     deadline_at = %(deadline_at)s, recoveries = 0, updated_at = %(now)s,
     event_seq = event_seq + %(event_count)s
-WHERE session_id = %(session_id)s AND revision = %(revision)s
+WHERE session_id = %(session_id)s AND revision = %(revision)s{bound}
 RETURNING session_id, event_seq"""
+
+_BOUND = """
+  AND doc::text = (%(seen_doc)s::jsonb)::text AND user_id = %(seen_user_id)s
+  AND phase = %(seen_phase)s AND status = %(seen_status)s
+  AND message_count = %(seen_message_count)s
+  AND last_task_id IS NOT DISTINCT FROM %(seen_task_id)s
+  AND deadline_at IS NOT DISTINCT FROM %(seen_deadline_at)s"""
 
 # The commit's events (numbered from the counter the update bumped, under its row lock)
 # and its revision record, in the same statement.
@@ -65,6 +76,11 @@ class PostgresSessionStore(SessionStore):
         self.autocommit = autocommit_engine(engine)
         self.statements = statements
 
+    @property
+    def verifies_carried(self) -> bool:
+        """Postgres binds a carried snapshot to the row in the commit (module docstring)."""
+        return True
+
     def _write(
         self, snapshot: Snapshot, change: SessionChange, before_commit: Callable[[], bool] | None
     ) -> bool:
@@ -75,7 +91,7 @@ class PostgresSessionStore(SessionStore):
         if before_commit is not None and not before_commit():
             raise lock_lost(snapshot)
         params = parameters(snapshot, change)
-        shape = (len(change.new_messages), len(change.inbox_state))
+        shape = (len(change.new_messages), len(change.inbox_state), snapshot.carried)
         statement_ = statement(*shape)
         if not change.check_inbox:
             with self.autocommit.connect() as conn:
@@ -92,13 +108,15 @@ class PostgresSessionStore(SessionStore):
         return queued
 
 
-@lru_cache(maxsize=32)
-def statement(messages: int, inbox_changes: int) -> prepared.Prepared:
-    """The commit statement for a phase adding ``messages`` rows and changing inbox rows.
+@lru_cache(maxsize=64)
+def statement(messages: int, inbox_changes: int, bound: bool = False) -> prepared.Prepared:
+    """The commit statement for a phase adding ``messages`` rows and changing inbox rows
+    (``bound``: from a carried snapshot, which the row must hold exactly).
 
     Only placeholder numbers are formatted into the SQL; every value is a bound parameter.
     """
-    parts = [f"WITH s AS ({_UPDATE})", _RECORD]
+    update = _UPDATE.format(bound=_BOUND if bound else "")
+    parts = [f"WITH s AS ({update})", _RECORD]
     if messages:
         rows = ", ".join(
             f"(%(seq{i})s::int, %(role{i})s::text, %(content{i})s::text, %(ts{i})s::text, "
@@ -116,7 +134,8 @@ def statement(messages: int, inbox_changes: int) -> prepared.Prepared:
         for i in range(inbox_changes)
     )
     parts.append(" SELECT count(*) FROM s")
-    return prepared.prepare(f"agentstate_commit_{messages}_{inbox_changes}", "".join(parts))
+    name = f"agentstate_commit_{messages}_{inbox_changes}{'_bound' if bound else ''}"
+    return prepared.prepare(name, "".join(parts))
 
 
 def parameters(snapshot: Snapshot, change: SessionChange) -> Document:
@@ -141,6 +160,16 @@ def parameters(snapshot: Snapshot, change: SessionChange) -> Document:
         "rev_doc": record.doc,
         "rev_patch": record.patch,
     }
+    if snapshot.carried:
+        params.update(
+            seen_doc=codec.dumps(snapshot.doc),
+            seen_user_id=snapshot.user_id,
+            seen_phase=snapshot.phase,
+            seen_status=snapshot.status,
+            seen_message_count=snapshot.message_count,
+            seen_task_id=snapshot.last_task_id,
+            seen_deadline_at=snapshot.deadline_at,
+        )
     for i, item in enumerate(change.new_messages):
         params[f"seq{i}"] = snapshot.message_count + i
         params[f"role{i}"] = str(item.get("role", "user"))

@@ -118,6 +118,18 @@ end
 # KEYS[1] cache hash; ARGV rev, payload, ttl_s. Never lets an older revision win.
 CACHE_PUT = _CACHE_WRITE + "return cache_write(KEYS[1], ARGV[1], ARGV[2], ARGV[3])"
 
+# KEYS[1] cache hash; ARGV rev, payload, ttl_s, events channel ("": none). The write
+# and the push of a commit made without the lock (a quick phase run from a carried
+# snapshot), in one round trip.
+CACHE_PUT_AND_PUSH = (
+    _CACHE_WRITE
+    + """
+pcall(cache_write, KEYS[1], ARGV[1], ARGV[2], ARGV[3])
+if ARGV[4] and ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[1]) end
+return 1
+"""
+)
+
 # KEYS[1] cache hash, KEYS[2] lock; ARGV rev, payload, ttl_s, token, events channel ("":
 # none). Write-through after a commit, the push that wakes the session's event followers,
 # and release, in one round trip. The release comes first

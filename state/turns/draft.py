@@ -25,7 +25,9 @@ class Delivery:
     a turn if the session rests). A retried or redelivered task sets ``use_cache`` to
     False: its own commit may have landed unseen, and only the database can tell.
     ``redelivered``: the broker delivers it again because its worker was lost, so it
-    counts as a recovery of that revision (AGENTSTATE_MAX_RECOVERIES).
+    counts as a recovery of that revision (AGENTSTATE_MAX_RECOVERIES). ``carried``: the
+    snapshot at ``revision`` the message carries (``Snapshot.to_cache`` as JSON):
+    untrusted, so its commit lands only if the row holds exactly it.
     """
 
     phase: Phase
@@ -34,6 +36,7 @@ class Delivery:
     task_id: str | None = None
     use_cache: bool = True
     redelivered: bool = False
+    carried: str | None = None
 
 
 @dataclass

@@ -6,6 +6,12 @@ and is dropped) -> call the agent's handler -> fire the trigger on the FSM -> co
 handler's changes with the revision bump in one transaction (guarded, lock checked) ->
 write the cache and release the lock (one round trip) -> enqueue the next phase.
 
+A quick phase whose message carries the snapshot it continues from (Postgres,
+AGENTSTATE_CARRY_SNAPSHOT) takes no lock and reads nothing: the message is untrusted,
+so its commit lands only if the row still holds exactly that snapshot at that revision
+(the revision guard fences concurrent writers as it does for a lost lock). If it does
+not land, the phase runs once more the usual way, locked, from the database.
+
 The rules of a turn are in ``state.turns.rules``; the durable timeout in
 ``state.turns.deadlines``; what the recovery sweep and the timeout task call in
 ``state.turns.interventions``.
@@ -16,10 +22,11 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from state.agent import Agent, PhaseContext
+from state.documents import codec
 from state.documents.codec import Document
 from state.errors import (
     LockLostError,
@@ -35,7 +42,7 @@ from state.recovery.queries import note_redelivery
 from state.sessions.snapshot import CommitResult, Snapshot
 from state.storage import keys
 from state.storage.cache import CachedEntry
-from state.turns import rules
+from state.turns import carry, rules
 from state.turns.deadlines import alarm, deadline_passed, ring_at, time_limit
 from state.turns.draft import Delivery, Draft, Followups, PhaseOutcome
 from state.turns.interventions import TurnInterventions
@@ -50,11 +57,11 @@ _OVERRUN = "execution deadline passed"
 
 @dataclass
 class _Held:
-    """What a delivery holds while it runs: the lock, the cached entry read with it, what
-    to send after the commit, and what to report."""
+    """What a delivery holds while it runs: the lock, the copy it starts from, what to
+    send after the commit, and what to report."""
 
-    handle: LockHandle
-    entry: CachedEntry | None
+    handle: LockHandle | None  # None: a quick phase run from a carried snapshot
+    first: Snapshot | None  # the cached copy to try before the database
     outcome: PhaseOutcome
     followups: Followups = field(default_factory=Followups)
     give_up: str | None = None  # why the turn ends now instead of running its handler
@@ -70,12 +77,22 @@ class TurnEngine:
 
     def run_phase(self, delivery: Delivery) -> PhaseOutcome:
         """Run the delivered phase (and, under the inline policy, the quick ones after it)."""
-        sync = self.services.sync
         if delivery.redelivered:
             # Counted before waiting for the lock (its lost worker's lock may outlive it),
             # so the retry that follows a long wait finds the count in the row.
             session_id, phase, revision = delivery.session_id, delivery.phase, delivery.revision
             note_redelivery(self.services.sessions.engine, session_id, phase, revision)
+        carried = carry.carried(self.services, self.agent, delivery)
+        if carried is not None and self._due(delivery, carried):
+            outcome = self._run_unlocked(delivery, carried)
+            if outcome is not None:
+                return outcome
+            # Not committed: the snapshot was stale or forged. The database decides.
+            delivery = replace(delivery, use_cache=False)
+        return self._run_with_lock(delivery)
+
+    def _run_with_lock(self, delivery: Delivery) -> PhaseOutcome:
+        sync = self.services.sync
         try:
             handle, entry = sync.acquire(
                 delivery.session_id, read_cache=True, timeout_s=self._lock_wait_s(delivery.phase)
@@ -87,7 +104,7 @@ class TurnEngine:
             raise
         held = _Held(
             handle,
-            entry if delivery.use_cache else None,
+            self._from_entry(delivery, entry) if delivery.use_cache else None,
             PhaseOutcome(delivery.session_id, "nothing-to-do"),
         )
         published = False
@@ -98,9 +115,10 @@ class TurnEngine:
             # The user states this commit changed are cached before the push that
             # announces it: a follower woken by the push must not read an older copy.
             self._cache_user_states(held.followups)
-            sync.publish_and_release(handle, snap)
+            payload = codec.dumps(snap.to_cache())
+            sync.publish_and_release(handle, snap, payload)
             published = True
-            self._send(snap.session_id, held.followups)
+            self._send(snap, held.followups, payload)
             held.outcome.revision = snap.revision
             return held.outcome
         finally:
@@ -109,9 +127,32 @@ class TurnEngine:
                 if held.outcome.phases:  # committed, then failed: still wake followers
                     self.services.notifier.session(delivery.session_id)
 
+    def _run_unlocked(self, delivery: Delivery, snap: Snapshot) -> PhaseOutcome | None:
+        """Run a quick phase from the snapshot its message carries, without the lock; None
+        if its commit found the row elsewhere (nothing was written)."""
+        held = _Held(None, None, PhaseOutcome(delivery.session_id, "nothing-to-do"))
+        held.outcome.revision = snap.revision
+        try:
+            snap = self._run_phases(delivery.phase, snap, delivery.task_id, held)
+            if not held.outcome.phases:
+                return held.outcome  # nothing to do (no queued message): nothing to cache
+            self._cache_user_states(held.followups)
+            payload = codec.dumps(snap.to_cache())
+            self.services.sync.publish(snap, payload)
+            self._send(snap, held.followups, payload)
+        except BaseException as exc:
+            if not held.outcome.phases:
+                if isinstance(exc, StaleStateError):
+                    return None
+                raise
+            self.services.notifier.session(delivery.session_id)  # committed: still wake
+            raise
+        held.outcome.revision = snap.revision
+        return held.outcome
+
     def _run_locked(self, delivery: Delivery, held: _Held) -> Snapshot | None:
-        for entry in (held.entry, None):
-            snap, from_cache = self._load(delivery, entry)
+        for first in (held.first, None):
+            snap, from_cache = self._load(delivery, first)
             if snap is None:
                 held.outcome.status = "unknown-session"
                 return None
@@ -122,6 +163,7 @@ class TurnEngine:
                 held.outcome.status = "duplicate"
                 held.outcome.revision = snap.revision
                 return None
+            assert held.handle is not None
             if not self.agent.is_quick(delivery.phase) or self._limit_outlasts_lease():
                 self.services.sync.keep_renewed(held.handle)
             held.outcome.revision = snap.revision
@@ -157,8 +199,9 @@ class TurnEngine:
                 phase = None
         return snap
 
-    def _commit(self, snap: Snapshot, draft: Draft, handle: LockHandle) -> CommitResult:
-        still_held = partial(self.services.sync.surely_held, handle)
+    def _commit(self, snap: Snapshot, draft: Draft, handle: LockHandle | None) -> CommitResult:
+        sync = self.services.sync
+        still_held = None if handle is None else partial(sync.surely_held, handle)
         sessions = self.services.sessions
         try:
             return sessions.commit(snap, draft.change(), still_held)
@@ -194,14 +237,16 @@ class TurnEngine:
         snap = self.services.sessions.load_from_database(session_id)
         return snap is not None and snap.phase not in RESTING_PHASES
 
-    def _load(self, delivery: Delivery, entry: CachedEntry | None) -> tuple[Snapshot | None, bool]:
+    def _from_entry(self, delivery: Delivery, entry: CachedEntry | None) -> Snapshot | None:
+        if entry is None or delivery.revision is None or entry[0] != delivery.revision:
+            return None
+        return self.services.sessions.cached_from_entry(delivery.session_id, entry)
+
+    def _load(self, delivery: Delivery, first: Snapshot | None) -> tuple[Snapshot | None, bool]:
         """The snapshot to work on, and whether it came from the cache."""
-        sessions = self.services.sessions
-        if entry is not None and delivery.revision is not None and entry[0] == delivery.revision:
-            cached = sessions.cached_from_entry(delivery.session_id, entry)
-            if cached is not None:
-                return cached, True
-        return sessions.load_from_database(delivery.session_id), False
+        if first is not None:
+            return first, True
+        return self.services.sessions.load_from_database(delivery.session_id), False
 
     def _due(self, delivery: Delivery, snap: Snapshot) -> bool:
         if delivery.phase == Phase.UNDERSTANDING:
@@ -290,7 +335,10 @@ class TurnEngine:
         returned by the limit, its worker's watchdog ends the turn. That commit needs no
         lock and is fenced by the revision, so the turn ends once, whoever is first: the
         watchdog, or the handler's own late commit. Meanwhile the live worker holds the
-        lock, so the sweep does not hand the stuck phase to another worker to run again."""
+        lock, so the sweep does not hand the stuck phase to another worker to run again
+        (a quick phase run from a carried snapshot holds none: by default this limit ends
+        it long before AGENTSTATE_STUCK_AFTER, and a copy the sweep resumes meanwhile
+        commits at most once, by the revision guard)."""
         if phase == Phase.EXECUTING:
             return nullcontext()
         snap, cause = draft.snap, self._overrun_cause(phase)
@@ -352,8 +400,8 @@ class TurnEngine:
         for user_id, revision, doc in followups.user_cache:
             self.services.cache.put(keys.user_state_cache(user_id), revision, doc)
 
-    def _send(self, session_id: str, followups: Followups) -> None:
-        dispatcher = self.services.dispatcher
+    def _send(self, snap: Snapshot, followups: Followups, payload: str) -> None:
+        session_id, dispatcher = snap.session_id, self.services.dispatcher
         for workflow_id, step_id, revision in followups.steps:
             dispatcher.step(workflow_id, step_id, revision)
         for workflow_id in followups.finished:
@@ -361,4 +409,7 @@ class TurnEngine:
         if followups.deadline is not None:
             ring_at(session_id, followups.deadline, dispatcher)
         if followups.phase is not None:
-            dispatcher.phase(followups.phase[0], session_id, followups.phase[1])
+            phase, revision = followups.phase
+            carries = carry.carries(self.services, self.agent, phase, payload)
+            carried = payload if carries else None
+            dispatcher.phase(phase, session_id, revision, carried)

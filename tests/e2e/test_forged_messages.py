@@ -21,6 +21,9 @@ import redis
 from kombu import Connection, Exchange, Producer, Queue
 
 from config import Settings
+from state.sessions.snapshot import CARRY_MAX_CHARS
+from state.sessions.store import SessionStore
+from state.storage.backend import Backend
 from tasks.client import AgentClient
 from tests.support import Workers, uid
 
@@ -81,7 +84,9 @@ CASES = [
     Forged("an invalid session id", body=_args("bad id!", None)),
     Forged("a string version", body=_args(SESSION, "1")),
     Forged("a boolean version", body=_args(SESSION, True)),
-    Forged("one argument too many", body=_args(SESSION, None, "extra")),
+    Forged("one argument too many", body=_args(SESSION, None, "{}", "extra")),
+    Forged("a carried snapshot that is an object", body=_args(SESSION, 1, {"doc": {}})),
+    Forged("a carried snapshot too big", body=_args(SESSION, 1, "x" * (CARRY_MAX_CHARS + 1))),
     Forged("an unknown keyword", body=_args(session_id=SESSION, bogus=1)),
     Forged("no arguments", body=_args()),
     Forged("a fractional step version", task=STEP, body=_args("wf-1", "a", 1.5)),
@@ -189,3 +194,38 @@ def test_forged_messages_are_refused_and_the_workers_keep_serving(
 
     pool.stop()  # a warm shutdown puts back whatever is unacknowledged: nothing
     assert client.dispatcher.backlog() == 0
+
+
+def test_a_forged_snapshot_at_the_sessions_revision_commits_nothing(
+    worker_settings: Settings, tmp_path: Path
+) -> None:
+    # Well-formed, at the right revision, for a real session: only the commit's check of
+    # the carried snapshot against the row stands between it and the session.
+    group = Workers(worker_settings, tmp_path, count=1, pool="prefork").start()
+    try:
+        client = AgentClient(worker_settings)
+        session_id, user_id = uid("s"), uid("u")
+        client.send_message(session_id, "what is 6*7?", user_id=user_id)
+        revision = client.wait_for_idle(session_id, timeout=60)["revision"]
+        backend = Backend.build(worker_settings)
+        sessions = SessionStore.for_engine(backend.engine, backend.cache, backend.statements)
+        snap = sessions.load_from_database(session_id)
+        assert snap is not None and snap.revision == revision
+        payload = snap.to_cache()
+        payload["phase"] = payload["doc"]["phase"] = "planning"
+        payload["doc"]["metadata"]["forged"] = True
+        payload["doc"]["context_window"] = {"message": "what is 2+2?", "message_id": "m-x"}
+        task_id = f"forged-{uuid.uuid4().hex}"
+        body = _args(session_id, revision, json.dumps(payload))
+        _publish(worker_settings, Forged("a doctored snapshot", body=body), task_id)
+        lines = _wait_for_lines(tmp_path, [f"{task_id}] succeeded"])
+        assert [line for line in lines if f"{task_id}] succeeded" in line], group.logs()
+
+        client.send_message(session_id, "what is 1+2?", user_id=user_id)
+        doc = client.wait_for_idle(session_id, timeout=60)
+        assert doc["revision"] == revision + 6  # the second turn's six commits, no more
+        assert "forged" not in doc["metadata"]
+        contents = [m["content"] for m in doc["message_history"]]
+        assert contents == ["what is 6*7?", "6*7 = 42", "what is 1+2?", "1+2 = 3"]
+    finally:
+        group.stop()

@@ -11,6 +11,7 @@ import pytest
 from config import Settings
 from config.celery import celery_config
 from state.errors import BadInputError, MalformedTaskMessageError
+from state.sessions.snapshot import CARRY_MAX_CHARS
 from tasks import baseline, maintenance, phases, workflow
 from tasks.app import app, make_app
 from tasks.guard import GUARD_STRATEGY, TaskSignature, check_message, fits
@@ -77,7 +78,9 @@ def test_a_misshapen_part_is_refused(body: object, reason: str) -> None:
         (PLANNING, ["s-1", True], {}, "argument revision must be int or null; got bool True"),
         (PLANNING, ["s-1", 2**63], {}, "argument revision must be int or null"),
         (PLANNING, ["s-1", 1.0], {}, "argument revision must be int or null; got float 1.0"),
-        (PLANNING, ["s-1", None, "x"], {}, "3 positional arguments for"),
+        (PLANNING, ["s-1", None, "x", "y"], {}, "4 positional arguments for"),
+        (PLANNING, ["s-1", 1, {"doc": {}}], {}, "argument carried must be str or null; got dict"),
+        (PLANNING, ["s-1", 1, "x" * (CARRY_MAX_CHARS + 1)], {}, "argument carried is 32769 char"),
         (PLANNING, [], {}, "missing a required argument: 'session_id'"),
         (PLANNING, ["s-1"], {"session_id": "s-2"}, "multiple values for argument 'session_id'"),
         (PLANNING, [], {"session_id": "s-1", "bogus": 1}, "unknown keyword argument str 'bogus'"),
@@ -105,6 +108,9 @@ def test_arguments_that_do_not_fit_the_task_are_refused(
         (PLANNING, ["s-1", None], {}),
         (PLANNING, ["s-1", 7], {}),
         (PLANNING, ["s-1"], {}),
+        (PLANNING, ["s-1", 3, "{}"], {}),
+        (PLANNING, ["s-1", 3, "x" * CARRY_MAX_CHARS], {}),
+        (PLANNING, [], {"session_id": "s-1", "revision": 3, "carried": None}),
         (PLANNING, [], {"session_id": "s-1", "revision": 3}),
         ("agentstate.phase.understanding", ["s.1:a-b_c", 0], {}),
         (STEP, ["wf-1", "a", 2], {}),
@@ -228,7 +234,7 @@ def test_fits_reads_json_values_strictly() -> None:
 
 
 def test_the_signature_of_a_bound_task_leaves_out_self() -> None:
-    assert str(expected(PLANNING)) == f"{PLANNING}(session_id, revision=None)"
+    assert str(expected(PLANNING)) == f"{PLANNING}(session_id, revision=None, carried=None)"
     assert str(expected(STEP)) == f"{STEP}(workflow_id, step_id, revision)"
     assert str(expected(TIMEOUT)) == f"{TIMEOUT}(session_id, deadline)"
 
