@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from state.agent import quick
 from state.errors import PermanentActionError
 from tasks.actions import action
 
@@ -21,6 +22,7 @@ Document = dict[str, Any]
 
 
 @action("word_count")
+@quick  # no side effects, milliseconds: one commit per step, no claim
 def word_count(inputs: Document, deps: Document, context: Document) -> Document:
     text = inputs.get("text")
     if not isinstance(text, str):
@@ -30,6 +32,7 @@ def word_count(inputs: Document, deps: Document, context: Document) -> Document:
 
 
 @action("total_words")
+@quick
 def total_words(inputs: Document, deps: Document, context: Document) -> Document:
     # deps holds each dependency's outputs by step id: {"intro": {"words": 3}, ...}
     return {"words": sum(outputs["words"] for outputs in deps.values())}

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from config import Settings, get_settings, redact_url
+from state.agent import quick
 from state.calculator import evaluate
 from state.documents.codec import Document
 from state.errors import ActionFailed, ActionRegistrationError, PermanentActionError
@@ -49,6 +50,12 @@ def action(name: str) -> Callable[[ActionFn], ActionFn]:
     (or an exception whose class has ``retryable = False``) to fail the step at once.
     The step's state changes apply exactly once; an external side effect may repeat if
     a worker dies mid-step, so pass the idempotency key to the external system.
+
+    An action with no side effects that finishes in milliseconds may also be decorated
+    with ``state.agent.quick``: its step is then not claimed (marked running) before it
+    runs, so it commits once instead of twice. Two deliveries of it may both run it; the
+    first success commits and the other changes nothing. A step with ``timeout_s``, a
+    timer or an approval is claimed all the same.
 
     Workers publish the names they serve when they start, so a sender need not import
     the module to start a workflow that uses it.
@@ -129,6 +136,7 @@ def publish_actions(worker: str, settings: Settings | None = None) -> None:
 
 
 @action("echo")
+@quick
 def echo(inputs: Document, deps: Document, context: Document) -> Document:
     """Return the step's inputs."""
     return dict(inputs)
@@ -147,6 +155,7 @@ def sleep(inputs: Document, deps: Document, context: Document) -> Document:
 
 
 @action("calculate")
+@quick
 def calculate(inputs: Document, deps: Document, context: Document) -> Document:
     """Evaluate ``expression``; a dependency's step id stands for its output ``value``.
 

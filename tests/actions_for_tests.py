@@ -11,6 +11,7 @@ from typing import Any
 import redis
 
 from config import get_settings
+from state.agent import quick
 from tasks.actions import action
 
 Document = dict[str, Any]
@@ -84,3 +85,14 @@ def gate(inputs: Document, deps: Document, context: Document) -> Document:
 def sized_output(inputs: Document, deps: Document, context: Document) -> Document:
     """Return about ``bytes`` bytes of JSON (for the step output limit)."""
     return {"data": "z" * max(0, int(inputs["bytes"]) - 11)}
+
+
+@action("quick_count")
+@quick
+def quick_count(inputs: Document, deps: Document, context: Document) -> Document:
+    """A quick action (run without a claim) that counts its runs, so a test can tell a
+    run from a commit; fails its first ``failures`` runs."""
+    runs = _redis().hincrby(effects_key(context["run"]), inputs["name"], 1)
+    if runs <= int(inputs.get("failures", 0)):
+        raise RuntimeError(f"quick failure {runs}")
+    return {"value": 1 + sum(d.get("value", 0) for d in deps.values())}

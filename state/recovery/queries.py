@@ -18,7 +18,7 @@ from state.sessions.snapshot import InboxState, Snapshot
 from state.storage.db import read_connection
 from state.storage.tables import inbox, sessions, steps
 from state.workflow import WorkflowStepStatus
-from state.workflows.store import step_at
+from state.workflows.guards import step_at
 
 # -- sessions ------------------------------------------------------------------
 

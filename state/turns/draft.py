@@ -53,17 +53,6 @@ class PhaseOutcome:
         return asdict(self)
 
 
-@dataclass
-class Followups:
-    """Messages to enqueue once the commit is durable."""
-
-    phase: tuple[str, int] | None = None
-    deadline: float | None = None
-    steps: list[tuple[str, str, int]] = field(default_factory=list)
-    user_cache: list[tuple[str, int, Document]] = field(default_factory=list)
-    finished: list[str] = field(default_factory=list)  # workflows the commits cancelled
-
-
 class Draft:
     """The change one phase makes, assembled before its guarded commit."""
 

@@ -35,16 +35,16 @@ from state.errors import (
     StateLockAcquisitionError,
     UnstorableResultError,
 )
-from state.events.log import WORKFLOW_FINISHED, custom_event
+from state.events.log import custom_event
 from state.lock import LockHandle
 from state.machine import RESTING_PHASES, Phase, Trigger
 from state.recovery.queries import note_redelivery
 from state.sessions.snapshot import CommitResult, Snapshot
-from state.storage import keys
 from state.storage.cache import CachedEntry
-from state.turns import carry, rules
-from state.turns.deadlines import alarm, deadline_passed, ring_at, time_limit
-from state.turns.draft import Delivery, Draft, Followups, PhaseOutcome
+from state.turns import carry, followups, rules
+from state.turns.deadlines import alarm, deadline_passed, time_limit
+from state.turns.draft import Delivery, Draft, PhaseOutcome
+from state.turns.followups import Followups
 from state.turns.interventions import TurnInterventions
 from state.turns.services import TurnServices
 
@@ -114,11 +114,12 @@ class TurnEngine:
                 return held.outcome
             # The user states this commit changed are cached before the push that
             # announces it: a follower woken by the push must not read an older copy.
-            self._cache_user_states(held.followups)
+            followups.cache_user_states(self.services, held.followups)
             payload = codec.dumps(snap.to_cache())
+            followups.send_carrying(self.services, self.agent, snap, held.followups, payload)
             sync.publish_and_release(handle, snap, payload)
             published = True
-            self._send(snap, held.followups, payload)
+            followups.send(self.services, snap, held.followups)
             held.outcome.revision = snap.revision
             return held.outcome
         finally:
@@ -136,10 +137,11 @@ class TurnEngine:
             snap = self._run_phases(delivery.phase, snap, delivery.task_id, held)
             if not held.outcome.phases:
                 return held.outcome  # nothing to do (no queued message): nothing to cache
-            self._cache_user_states(held.followups)
+            followups.cache_user_states(self.services, held.followups)
             payload = codec.dumps(snap.to_cache())
+            followups.send_carrying(self.services, self.agent, snap, held.followups, payload)
             self.services.sync.publish(snap, payload)
-            self._send(snap, held.followups, payload)
+            followups.send(self.services, snap, held.followups)
         except BaseException as exc:
             if not held.outcome.phases:
                 if isinstance(exc, StaleStateError):
@@ -192,7 +194,7 @@ class TurnEngine:
             snap = result.snapshot
             held.outcome.phases.append(phase)
             held.outcome.status = "applied"
-            self._after_commit(draft, held.followups)
+            followups.collect(draft, held.followups)
             phase = self.services.next_phase(snap, result.queued)
             if phase is not None and not self._inline(phase):
                 held.followups.phase = (phase, snap.revision)
@@ -383,33 +385,3 @@ class TurnEngine:
     def _finished_workflow(self, draft: Draft) -> Document | None:
         workflow_id = draft.context.get("workflow_id")
         return self.services.workflows.document(workflow_id) if workflow_id else None
-
-    # -- after a commit --------------------------------------------------------
-
-    def _after_commit(self, draft: Draft, followups: Followups) -> None:
-        followups.steps.extend(draft.roots)
-        followups.finished.extend(
-            str(e.data["workflow_id"]) for e in draft.events if e.kind == WORKFLOW_FINISHED
-        )
-        followups.user_cache.extend(draft.user_writes)
-        if draft.phase == Phase.EXECUTING and draft.roots:
-            # Waiting on a workflow: an in-process alarm rings the deadline check.
-            followups.deadline = draft.deadline
-
-    def _cache_user_states(self, followups: Followups) -> None:
-        for user_id, revision, doc in followups.user_cache:
-            self.services.cache.put(keys.user_state_cache(user_id), revision, doc)
-
-    def _send(self, snap: Snapshot, followups: Followups, payload: str) -> None:
-        session_id, dispatcher = snap.session_id, self.services.dispatcher
-        for workflow_id, step_id, revision in followups.steps:
-            dispatcher.step(workflow_id, step_id, revision)
-        for workflow_id in followups.finished:
-            self.services.notifier.workflow(workflow_id)
-        if followups.deadline is not None:
-            ring_at(session_id, followups.deadline, dispatcher)
-        if followups.phase is not None:
-            phase, revision = followups.phase
-            carries = carry.carries(self.services, self.agent, phase, payload)
-            carried = payload if carries else None
-            dispatcher.phase(phase, session_id, revision, carried)

@@ -13,6 +13,7 @@ from functools import partial
 from sqlalchemy.exc import IntegrityError
 
 from config import Settings
+from state.agent import is_quick
 from state.dispatch import Dispatcher
 from state.documents import codec
 from state.documents.codec import Document
@@ -116,6 +117,9 @@ class WorkflowEngine:
         self, workflow_id: str, step_id: str, revision: int, task_id: str | None = None
     ) -> str:
         """Run one step delivery; return what happened (``duplicate`` if not ours)."""
+        quick = self._run_quick(workflow_id, step_id, revision, task_id)
+        if quick is not None:
+            return quick
         lease_s = self.settings.stuck_after
         claimed = self.store.claim(workflow_id, step_id, revision, lease_s, task_id)
         if claimed is None:
@@ -130,6 +134,31 @@ class WorkflowEngine:
                 return "resumed"
             claimed = left.claimed
         return self._run_claimed(replace(claimed, task_id=task_id), lease_s)
+
+    def _run_quick(
+        self, workflow_id: str, step_id: str, revision: int, task_id: str | None
+    ) -> str | None:
+        """Run a step whose action is quick (``@quick``) without claiming it: a read, the
+        action, and the success as the step's one commit, guarded by its revision, so
+        of two deliveries running it at once one commits and the other finds it moved.
+        None when the step is not one of those now: the claim decides."""
+        peeked = self.store.peek(workflow_id, step_id, revision)
+        fn = None if peeked is None else self.actions(peeked.action)
+        if peeked is None or fn is None or not is_quick(fn):
+            return None
+        peeked = replace(peeked, task_id=task_id)
+        try:
+            outputs = self._outputs(fn, peeked)
+        except Exception as exc:
+            # A failed attempt counts under a claim, like any other step's.
+            logger.info("step %s/%s raised %r", workflow_id, step_id, exc)
+            claimed = self.store.claim(workflow_id, step_id, revision, self.settings.stuck_after)
+            if claimed is None:
+                return "duplicate"
+            error = f"{type(exc).__name__}: {exc}"
+            return self._fail(replace(claimed, task_id=task_id), error, retry=retryable(exc))
+        self.follow(self.store.succeed_unclaimed(peeked, outputs))
+        return "success"
 
     def _run_claimed(self, claimed: ClaimedStep, lease_s: float) -> str:
         fn = self.actions(claimed.action)
@@ -163,10 +192,6 @@ class WorkflowEngine:
             self.follow(left.completion)
 
     def _call(self, fn: ActionFn, claimed: ClaimedStep, lease_s: float) -> Document:
-        deps = claimed.dep_outputs
-        if deps is None:
-            deps = self.store.dependency_outputs(claimed.workflow_id, claimed.dependencies)
-        context = {**self.store.context(claimed.workflow_id), "idempotency_key": _key(claimed)}
         key = f"{claimed.workflow_id}/{claimed.step_id}@{claimed.revision}"
         _heartbeats.register(key, lease_s / 3, lambda: self.store.heartbeat(claimed, lease_s))
         if claimed.timeout_s is not None:
@@ -174,10 +199,18 @@ class WorkflowEngine:
                 f"{key}:timeout", claimed.timeout_s, partial(self._overran, claimed)
             )
         try:
-            outputs = fn(dict(claimed.inputs), deps, context)
+            return self._outputs(fn, claimed)
         finally:
             _heartbeats.unregister(key)
             _heartbeats.unregister(f"{key}:timeout")
+
+    def _outputs(self, fn: ActionFn, claimed: ClaimedStep) -> Document:
+        """Call the action; its outputs, checked storable and within the size limit."""
+        deps = claimed.dep_outputs
+        if deps is None:
+            deps = self.store.dependency_outputs(claimed.workflow_id, claimed.dependencies)
+        context = {**self.store.context(claimed.workflow_id), "idempotency_key": _key(claimed)}
+        outputs = fn(dict(claimed.inputs), deps, context)
         if not isinstance(outputs, dict):
             raise InvalidPayloadError(
                 f"action {claimed.action!r} returned {type(outputs).__name__}, not a JSON object"

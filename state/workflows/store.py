@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection, Engine, func, or_, select, update
@@ -17,7 +18,6 @@ from state.approvals import rows as approval_rows
 from state.clock import utcnow
 from state.documents import codec
 from state.documents.codec import Document
-from state.errors import StaleStateError
 from state.events import log
 from state.storage.db import is_postgres, read_connection
 from state.storage.prepared import PREPARED, Statements
@@ -25,10 +25,16 @@ from state.storage.tables import steps, workflows
 from state.workflow import WorkflowState, WorkflowStatus, WorkflowStepStatus
 from state.workflows import control
 from state.workflows.creation import insert_workflow
+from state.workflows.guards import (
+    awaiting,
+    claim_guard,
+    require_one,
+    step_at,
+    unclaimed_guard,
+)
 from state.workflows.reads import CLAIM_COLUMNS, WorkflowReads
 from state.workflows.records import (
     APPROVED,
-    PENDING_APPROVAL,
     REJECTED,
     ClaimedStep,
     Completion,
@@ -111,16 +117,47 @@ class WorkflowStore(WorkflowReads):
         with self.engine.begin() as conn:
             result = conn.execute(
                 update(steps)
-                .where(*_claim_guard(claimed))
+                .where(*claim_guard(claimed))
                 .values(lease_expires_at=time.time() + lease_s, updated_at=utcnow())
             )
         return result.rowcount == 1
 
     def succeed(self, claimed: ClaimedStep, outputs: Document) -> Completion:
         """running -> success; dependents whose last dependency this was become ready."""
+        return self._succeed(claimed, outputs, claim_guard(claimed))
+
+    # -- a quick action's step: read, run, one commit --------------------------
+
+    def peek(self, workflow_id: str, step_id: str, revision: int) -> ClaimedStep | None:
+        """The step as its claim would return it, without writing: None unless it is
+        pending or retrying at ``revision``, ready, and waits for no timer, approval
+        or timeout (those need the claim). A quick action runs from this, and
+        :meth:`succeed_unclaimed` is the step's one commit."""
+        with read_connection(self.engine) as conn:
+            row = conn.execute(
+                select(*CLAIM_COLUMNS, steps.c.dependents).where(
+                    *unclaimed_guard(workflow_id, step_id, revision),
+                    steps.c.remaining_deps == 0,
+                    steps.c.not_before_s.is_(None),
+                    steps.c.timeout_s.is_(None),
+                    or_(steps.c.approval.is_(None), steps.c.approval == APPROVED),
+                )
+            ).first()
+        if row is None:
+            return None
+        claimed = claimed_from_row(workflow_id, step_id, revision, row)
+        return replace(claimed, dependents=codec.loads(row.dependents))
+
+    def succeed_unclaimed(self, peeked: ClaimedStep, outputs: Document) -> Completion:
+        """pending|retrying -> success from :meth:`peek`; StaleStateError if the step moved
+        meanwhile (another delivery committed it first, or it was cancelled)."""
+        guard = unclaimed_guard(peeked.workflow_id, peeked.step_id, peeked.revision)
+        return self._succeed(peeked, outputs, guard)
+
+    def _succeed(self, claimed: ClaimedStep, outputs: Document, guard: Iterable[Any]) -> Completion:
         with self.engine.begin() as conn:
             dependents = self._finish_step(
-                conn, claimed, WorkflowStepStatus.SUCCESS, outputs=outputs
+                conn, claimed, WorkflowStepStatus.SUCCESS, outputs=outputs, guard=guard
             )
             ready = self._release_dependents(conn, claimed.workflow_id, dependents)
             finished = self._count_down(conn, claimed.workflow_id, done=1, failed=0)
@@ -131,7 +168,7 @@ class WorkflowStore(WorkflowReads):
         with self.engine.begin() as conn:
             result = conn.execute(
                 update(steps)
-                .where(*_claim_guard(claimed))
+                .where(*claim_guard(claimed))
                 .values(
                     status=WorkflowStepStatus.RETRYING,
                     retry_count=claimed.retry_count + 1,
@@ -186,7 +223,7 @@ class WorkflowStore(WorkflowReads):
         to dispatch if its dependencies are done (else it runs when they are)."""
         row = conn.execute(
             update(steps)
-            .where(*_awaiting(workflow_id, step_id))
+            .where(*awaiting(workflow_id, step_id))
             .values(approval=APPROVED, revision=steps.c.revision + 1, updated_at=utcnow())
             .returning(steps.c.remaining_deps, steps.c.revision)
         ).first()
@@ -199,7 +236,7 @@ class WorkflowStore(WorkflowReads):
         dependents, inside ``conn``'s transaction; None if it no longer waits."""
         row = conn.execute(
             update(steps)
-            .where(*_awaiting(workflow_id, step_id))
+            .where(*awaiting(workflow_id, step_id))
             .values(
                 status=WorkflowStepStatus.FAILED,
                 error=REJECTED,
@@ -232,8 +269,10 @@ class WorkflowStore(WorkflowReads):
         *,
         outputs: Document | None = None,
         error: str | None = None,
+        guard: Iterable[Any] | None = None,
     ) -> list[str]:
-        """Apply a final status under the claim; return the step's dependents."""
+        """Apply a final status under the claim (or ``guard``); return the step's
+        dependents."""
         values: Document = {
             "status": status,
             "revision": claimed.revision + 1,
@@ -248,8 +287,8 @@ class WorkflowStore(WorkflowReads):
             values["outputs"] = outputs
         row = conn.execute(
             update(steps)
-            .where(*_claim_guard(claimed))
-            .values(**values)
+            .where(*(claim_guard(claimed) if guard is None else guard))
+            .values(**values, started_at=func.coalesce(steps.c.started_at, values["updated_at"]))
             .returning(steps.c.dependents)
         ).first()
         require_one(0 if row is None else 1, claimed)
@@ -358,37 +397,3 @@ class WorkflowStore(WorkflowReads):
                 )
             ).one()
         return claimed_from_row(workflow_id, step_id, revision, row)
-
-
-def step_at(workflow_id: str, step_id: str, revision: int) -> tuple[Any, ...]:
-    """The WHERE conditions that match a step at ``revision``."""
-    return (
-        steps.c.workflow_id == workflow_id,
-        steps.c.step_id == step_id,
-        steps.c.revision == revision,
-    )
-
-
-def _awaiting(workflow_id: str, step_id: str) -> tuple[Any, ...]:
-    return (
-        steps.c.workflow_id == workflow_id,
-        steps.c.step_id == step_id,
-        steps.c.status == WorkflowStepStatus.PENDING,
-        steps.c.approval == PENDING_APPROVAL,
-    )
-
-
-def _claim_guard(claimed: ClaimedStep) -> Iterable[Any]:
-    return (
-        *step_at(claimed.workflow_id, claimed.step_id, claimed.revision),
-        steps.c.status == WorkflowStepStatus.RUNNING,
-    )
-
-
-def require_one(rowcount: int, claimed: ClaimedStep) -> None:
-    """Raise StaleStateError unless the claim's guarded update changed exactly one row."""
-    if rowcount != 1:
-        raise StaleStateError(
-            f"step {claimed.workflow_id}/{claimed.step_id} was taken over "
-            f"(no longer at revision {claimed.revision})"
-        )

@@ -1,7 +1,9 @@
-"""The workflow store on Postgres: a claim and a success in one statement each
+"""The workflow store on Postgres: a claim, a peek and a success in one statement each
 (data-modifying CTEs, prepared, autocommit).
 
 - claim: running at revision + 1, returning the step and its dependencies' outputs;
+- peek: the same, read without writing, for a step whose action is quick (it commits
+  once: its success, guarded on the step still pending or retrying at its revision);
 - succeed: success at revision + 1, dependents' unfinished counts decremented (row locks
   make concurrent siblings count down one after the other), the workflow's counters
   updated, the dependents that reached zero returned, and, when that was the last step
@@ -20,8 +22,9 @@ from state.documents import codec
 from state.documents.codec import Document
 from state.storage import prepared
 from state.storage.db import autocommit_engine
+from state.workflows.guards import require_one
 from state.workflows.records import ClaimedStep, Completion, Finished, claimed_from_row
-from state.workflows.store import WorkflowStore, require_one
+from state.workflows.store import WorkflowStore
 
 CLAIM = """
 WITH c AS (
@@ -42,13 +45,31 @@ SELECT c.action, c.inputs::text AS inputs, c.dependencies::text AS dependencies,
      FROM jsonb_array_elements_text(c.dependencies) AS e(dep)) AS dep_outputs
 FROM c"""
 
-SUCCEED = """
+# A quick action's step runs from this read (no claim): the same runnable conditions,
+# and none of a timer, an approval to wait for or a timeout (those need the claim).
+PEEK = """
+SELECT c.action, c.inputs::text AS inputs, c.dependencies::text AS dependencies,
+  c.dependents::text AS dependents, c.retry_count, c.max_retries, c.timeout_s,
+  (SELECT coalesce(jsonb_object_agg(e.dep, (
+            SELECT d.outputs FROM workflow_steps d
+             WHERE d.workflow_id = %(workflow_id)s AND d.step_id = e.dep)), '{}'::jsonb)::text
+     FROM jsonb_array_elements_text(c.dependencies) AS e(dep)) AS dep_outputs
+FROM workflow_steps c
+WHERE c.workflow_id = %(workflow_id)s AND c.step_id = %(step_id)s
+  AND c.revision = %(revision)s AND c.status IN ('pending', 'retrying')
+  AND c.remaining_deps = 0 AND c.not_before_s IS NULL AND c.timeout_s IS NULL
+  AND (c.approval IS NULL OR c.approval = 'approved')"""
+
+# {guard}: the step's status when its outputs commit: 'running' under a claim;
+# pending or retrying for a quick action's step, which commits once.
+_SUCCEED_SQL = """
 WITH s AS (
   UPDATE workflow_steps SET status = 'success', outputs = %(outputs)s::jsonb,
       revision = %(revision)s + 1, completed_at = %(now)s, updated_at = %(now)s,
+      started_at = coalesce(started_at, %(now)s),
       lease_expires_at = NULL, deadline_at = NULL, error = NULL, last_task_id = %(task_id)s
   WHERE workflow_id = %(workflow_id)s AND step_id = %(step_id)s AND revision = %(revision)s
-    AND status = 'running'
+    AND status {guard}
   RETURNING 1
 ), d AS (
   UPDATE workflow_steps SET remaining_deps = remaining_deps - 1, updated_at = %(now)s
@@ -77,10 +98,13 @@ SELECT (SELECT count(*) FROM s),
   (SELECT coalesce(json_agg(json_build_array(step_id, revision)), '[]'::json)::text
      FROM d WHERE remaining_deps = 0 AND status = 'pending'),
   (SELECT row_to_json(w)::text FROM w)"""
-
+SUCCEED = _SUCCEED_SQL.format(guard="= 'running'")
+SUCCEED_UNCLAIMED = _SUCCEED_SQL.format(guard="IN ('pending', 'retrying')")
 
 _CLAIM = prepared.prepare("agentstate_claim_step", CLAIM)
-_SUCCEED = prepared.prepare("agentstate_succeed_step", SUCCEED)
+_PEEK = prepared.prepare("agentstate_peek_step", PEEK)
+_SUCCEED_CLAIMED = prepared.prepare("agentstate_succeed_step", SUCCEED)
+_SUCCEED_UNCLAIMED = prepared.prepare("agentstate_succeed_unclaimed_step", SUCCEED_UNCLAIMED)
 
 
 class PostgresWorkflowStore(WorkflowStore):
@@ -126,8 +150,31 @@ class PostgresWorkflowStore(WorkflowStore):
         """running -> success, dependents counted down, the workflow's totals updated."""
         if claimed.dependents is None:
             return super().succeed(claimed, outputs)  # not claimed through this store
+        return self._succeed_with(_SUCCEED_CLAIMED, claimed, outputs)
+
+    def peek(self, workflow_id: str, step_id: str, revision: int) -> ClaimedStep | None:
+        """The step to run a quick action from, with its dependencies' outputs (one read)."""
+        params = {"workflow_id": workflow_id, "step_id": step_id, "revision": revision}
+        with self.autocommit.connect() as conn:
+            row = self.statements.execute(conn, _PEEK, params).first()
+        if row is None:
+            return None
+        claimed = claimed_from_row(workflow_id, step_id, revision, row)
+        return replace(
+            claimed,
+            dep_outputs=codec.loads(row.dep_outputs),
+            dependents=codec.loads(row.dependents),
+        )
+
+    def succeed_unclaimed(self, peeked: ClaimedStep, outputs: Document) -> Completion:
+        """pending|retrying -> success in one statement, like :meth:`succeed`."""
+        return self._succeed_with(_SUCCEED_UNCLAIMED, peeked, outputs)
+
+    def _succeed_with(
+        self, statement: prepared.Prepared, claimed: ClaimedStep, outputs: Document
+    ) -> Completion:
         params = {
-            "dependents": claimed.dependents,
+            "dependents": claimed.dependents or [],
             "workflow_id": claimed.workflow_id,
             "step_id": claimed.step_id,
             "revision": claimed.revision,
@@ -136,7 +183,7 @@ class PostgresWorkflowStore(WorkflowStore):
             "task_id": claimed.task_id,
         }
         with self.autocommit.connect() as conn:
-            applied, ready, workflow = tuple(self.statements.execute(conn, _SUCCEED, params).one())
+            applied, ready, workflow = tuple(self.statements.execute(conn, statement, params).one())
         require_one(int(applied), claimed)
         return Completion(
             claimed.workflow_id,

@@ -7,10 +7,13 @@ from typing import Any
 
 import pytest
 import redis
+from sqlalchemy import select
 
 from config import Settings
 from state.errors import WorkflowSpecError
 from state.storage import keys
+from state.storage.db import get_engine
+from state.storage.tables import steps
 from tasks.app import make_app
 from tasks.client import AgentClient
 from tests.actions_for_tests import effects_key
@@ -254,3 +257,63 @@ def test_the_same_step_task_delivered_twice_has_one_side_effect(
     time.sleep(1.0)  # let every duplicate be processed
     assert doc["status"] == "success"
     assert effects.hgetall(effects_key(run)) == {"slow": "1"}
+
+
+def test_quick_steps_commit_once_and_never_show_running(
+    client: AgentClient, effects: redis.Redis, worker_settings: Settings
+) -> None:
+    """A quick action's step is not claimed: pending -> success in one commit (revision
+    0 -> 1); eight deliveries of the root at once commit it once and release its
+    dependent once."""
+    run = uid("run")
+    spec = {
+        "context": {"run": run},
+        "steps": [
+            step("root", "quick_count", name="root"),
+            step("leaf", "quick_count", ["root"], name="leaf"),
+        ],
+    }
+    app = make_app(worker_settings)
+    workflow_id = client.start_workflow(spec)
+    for _ in range(8):
+        app.send_task("agentstate.workflow.step", args=[workflow_id, "root", 0])
+    doc = client.wait_for_workflow(workflow_id, timeout=30)
+    time.sleep(1.0)  # let every duplicate be processed
+    assert doc["status"] == "success"
+    assert doc["steps"]["leaf"]["outputs"] == {"value": 2}
+    runs = effects.hgetall(effects_key(run))
+    assert int(runs["root"]) >= 1  # duplicates may run it; only one commit counts
+    assert runs["leaf"] == "1"  # released once, so dispatched once
+    with get_engine(worker_settings.database_url).connect() as conn:
+        rows = conn.execute(
+            select(steps.c.step_id, steps.c.revision).where(steps.c.workflow_id == workflow_id)
+        )
+        assert {row.step_id: row.revision for row in rows} == {"root": 1, "leaf": 1}
+
+
+def test_a_failing_quick_step_is_retried_and_counted_like_any_other(
+    client: AgentClient, effects: redis.Redis
+) -> None:
+    run = uid("run")
+    retried = client.start_workflow(
+        {"context": {"run": run}, "steps": [step("q", "quick_count", name="q", failures=2)]}
+    )
+    doc = client.wait_for_workflow(retried, timeout=60)
+    assert doc["status"] == "success"
+    assert doc["steps"]["q"]["retry_count"] == 2
+    given_up = client.start_workflow(
+        {
+            "context": {"run": run},
+            "steps": [
+                {**step("g", "quick_count", name="g", failures=9), "max_retries": 1},
+                step("after", "quick_count", ["g"], name="after"),
+            ],
+        }
+    )
+    doc = client.wait_for_workflow(given_up, timeout=60)
+    assert doc["status"] == "failed"
+    assert (
+        doc["steps"]["g"]["status"] == "failed" and "quick failure 2" in doc["steps"]["g"]["error"]
+    )
+    assert doc["steps"]["after"]["status"] == "skipped"
+    assert effects.hget(effects_key(run), "g") == "2"  # one run per attempt

@@ -434,3 +434,83 @@ def test_a_redelivered_task_finds_what_its_lost_commit_left_to_do(
     left = wfs.leftover(workflow_id, "a", "task-a")
     assert left is not None and left.completion is not None
     assert sorted(left.completion.ready) == [("b", 0), ("c", 0)]
+
+
+def test_a_quick_step_runs_from_a_peek_and_commits_once(
+    backend: Backend, wfs: WorkflowStore
+) -> None:
+    workflow_id = uid("wf")
+    wfs.create(_diamond(workflow_id))
+    assert wfs.peek(workflow_id, "b", 0) is None  # not ready yet
+    assert wfs.peek(workflow_id, "a", 1) is None  # not at that revision
+    first = wfs.peek(workflow_id, "a", 0)
+    second = wfs.peek(workflow_id, "a", 0)  # a duplicate delivery, at the same time
+    assert first is not None and second is not None
+    assert first.revision == 0 and sorted(first.dependents or []) == ["b", "c"]
+    doc = wfs.document(workflow_id)
+    assert doc is not None and doc["steps"]["a"]["status"] == "pending"  # nothing written
+    completion = wfs.succeed_unclaimed(first, {"value": 1})
+    assert sorted(completion.ready) == [("b", 0), ("c", 0)]
+    with pytest.raises(StaleStateError):
+        wfs.succeed_unclaimed(second, {"value": 2})  # the other delivery commits nothing
+    assert wfs.peek(workflow_id, "a", 0) is None and wfs.peek(workflow_id, "a", 1) is None
+    b = wfs.peek(workflow_id, "b", 0)
+    assert b is not None and b.dep_outputs in (None, {"a": {"value": 1}})
+    wfs.succeed_unclaimed(b, {})
+    c = wfs.claim(workflow_id, "c", 0, lease_s=30)  # quick and claimed steps mix
+    assert c is not None
+    assert wfs.succeed(c, {}).ready == [("d", 0)]
+    d = wfs.peek(workflow_id, "d", 0)
+    assert d is not None
+    finished = wfs.succeed_unclaimed(d, {"done": True}).finished
+    assert finished is not None and finished.status == "success"
+    doc = wfs.document(workflow_id)
+    assert doc is not None and doc["steps"]["a"]["outputs"] == {"value": 1}
+    assert doc["steps"]["a"]["started_at"] is not None
+
+
+def test_steps_that_need_their_claim_are_not_peeked(backend: Backend, wfs: WorkflowStore) -> None:
+    workflow_id = uid("wf")
+    spec = {
+        "workflow_id": workflow_id,
+        "steps": [
+            {"step_id": "timed", "action": "echo", "timeout_s": 5},
+            {"step_id": "timer", "action": "echo", "not_before_s": 0.01},
+            {"step_id": "asks", "action": "echo", "approval": True},
+            {"step_id": "running", "action": "echo"},
+        ],
+    }
+    wfs.create(parse_spec(spec))
+    assert wfs.claim(workflow_id, "running", 0, lease_s=30) is not None
+    for step_id, revision in (("timed", 0), ("timer", 0), ("asks", 0), ("running", 1)):
+        assert wfs.peek(workflow_id, step_id, revision) is None, step_id
+
+
+def test_a_quick_step_cancelled_while_it_runs_commits_nothing(
+    backend: Backend, wfs: WorkflowStore
+) -> None:
+    workflow_id = uid("wf")
+    wfs.create(_diamond(workflow_id))
+    peeked = wfs.peek(workflow_id, "a", 0)
+    assert peeked is not None
+    assert wfs.cancel_workflow(workflow_id) is not None
+    with pytest.raises(StaleStateError):
+        wfs.succeed_unclaimed(peeked, {"value": 1})
+    doc = wfs.document(workflow_id)
+    assert doc is not None and doc["status"] == "cancelled"
+    assert doc["steps"]["a"]["outputs"] == {}
+
+
+def test_a_redelivered_quick_step_finds_what_its_lost_commit_left_to_do(
+    backend: Backend, wfs: WorkflowStore
+) -> None:
+    from dataclasses import replace
+
+    workflow_id = uid("wf")
+    wfs.create(_diamond(workflow_id))
+    peeked = wfs.peek(workflow_id, "a", 0)
+    assert peeked is not None
+    wfs.succeed_unclaimed(replace(peeked, task_id="task-a"), {"value": 1})
+    left = wfs.leftover(workflow_id, "a", "task-a")
+    assert left is not None and left.completion is not None
+    assert sorted(left.completion.ready) == [("b", 0), ("c", 0)]
