@@ -92,16 +92,20 @@ class AgentClient(ApprovalControl, Timeline):
         if idempotency_key is not None:
             require_key(idempotency_key)
         item = self.inbox.accept(session_id, user_id, text, idempotency_key)
-        self.notifier.session(session_id)  # its message_accepted event is in
-        if not item.needs_kick:
-            return item.message_id  # the running turn takes it from the inbox when it ends
+        if item.needs_kick:  # else the running turn takes it from the inbox when it ends
+            self._kick(session_id, item.session_revision)
+        # After the kick, which is what the turn waits for: its message_accepted event is
+        # in, and a follower reads every event after its cursor whichever push wakes it.
+        self.notifier.session(session_id)
+        return item.message_id
+
+    def _kick(self, session_id: str, revision: int | None) -> None:
         try:
             # The revision only tells the worker which cached copy it may trust.
-            self.dispatcher.phase(Phase.UNDERSTANDING, session_id, item.session_revision)
+            self.dispatcher.phase(Phase.UNDERSTANDING, session_id, revision)
         except BrokerError as exc:
             # The message is durable; the recovery sweep will start its turn.
             logger.warning("enqueue failed, the sweep will retry: %s", redact_url(str(exc)))
-        return item.message_id
 
     def get_session(
         self,
