@@ -5,7 +5,8 @@ events and its revision record travel as one SQL statement (data-modifying CTEs)
 middle phase commits in a single round trip, in autocommit mode. A phase that ends a
 turn needs one more statement, in the same transaction: the check for queued messages
 must run after the session row is locked and updated, so that a message committed
-meanwhile is seen (a statement's own snapshot would miss it). A commit with extra work
+meanwhile is seen (a statement's own snapshot would miss it). Both go in one query
+message (one implicit transaction, one round trip). A commit with extra work
 (``ops``, ``prepare``) or a session's first write takes the portable path.
 
 A snapshot carried in a task message is bound to the row by the same statement: it
@@ -58,9 +59,13 @@ _RECORD = """, e AS (INSERT INTO events (session_id, seq, kind, revision, phase,
   SELECT s.session_id, %(new_revision)s, %(phase)s, %(status)s, %(trigger)s, %(now)s,
     %(message_count)s, s.event_seq, %(rev_doc)s::jsonb, %(rev_patch)s::text FROM s)"""
 
-_QUEUED = prepared.prepare(
-    "agentstate_has_queued",
-    "SELECT EXISTS (SELECT 1 FROM inbox WHERE session_id = %(session_id)s AND state = 'queued')",
+# A turn's last commit reports whether it applied in a transaction-local setting, which
+# this statement reads in the same transaction: after the update took the row lock and
+# with a snapshot of its own, so it sees a message committed meanwhile.
+_APPLIED_AND_QUEUED = prepared.prepare(
+    "agentstate_applied_and_queued",
+    "SELECT current_setting('agentstate.applied', true) = '1', "
+    "EXISTS (SELECT 1 FROM inbox WHERE session_id = %(session_id)s AND state = 'queued')",
 )
 
 
@@ -92,26 +97,27 @@ class PostgresSessionStore(SessionStore):
             raise lock_lost(snapshot)
         params = parameters(snapshot, change)
         shape = (len(change.new_messages), len(change.inbox_state), snapshot.carried)
-        statement_ = statement(*shape)
-        if not change.check_inbox:
-            with self.autocommit.connect() as conn:
+        statement_ = statement(*shape, reports=change.check_inbox)
+        with self.autocommit.connect() as conn:
+            if not change.check_inbox:
                 applied = bool(self.statements.execute(conn, statement_, params).scalar_one())
-            queued = False
-        else:
-            with self.engine.begin() as conn:
-                applied = bool(self.statements.execute(conn, statement_, params).scalar_one())
-                queued = applied and bool(
-                    self.statements.execute(conn, _QUEUED, params).scalar_one()
-                )
+                queued = False
+            else:
+                found = self.statements.execute_then(conn, statement_, _APPLIED_AND_QUEUED, params)
+                applied, queued = (bool(value) for value in found.one())
         if not applied:
             raise stale(snapshot)
         return queued
 
 
-@lru_cache(maxsize=64)
-def statement(messages: int, inbox_changes: int, bound: bool = False) -> prepared.Prepared:
+@lru_cache(maxsize=128)
+def statement(
+    messages: int, inbox_changes: int, bound: bool = False, *, reports: bool = False
+) -> prepared.Prepared:
     """The commit statement for a phase adding ``messages`` rows and changing inbox rows
-    (``bound``: from a carried snapshot, which the row must hold exactly).
+    (``bound``: from a carried snapshot, which the row must hold exactly; ``reports``:
+    whether it applied goes to the transaction's ``agentstate.applied`` setting, for
+    the statement after it).
 
     Only placeholder numbers are formatted into the SQL; every value is a bound parameter.
     """
@@ -133,8 +139,12 @@ def statement(messages: int, inbox_changes: int, bound: bool = False) -> prepare
         f"WHERE message_id = %(inbox_id{i})s AND EXISTS (SELECT 1 FROM s))"
         for i in range(inbox_changes)
     )
-    parts.append(" SELECT count(*) FROM s")
-    name = f"agentstate_commit_{messages}_{inbox_changes}{'_bound' if bound else ''}"
+    if reports:
+        parts.append(" SELECT set_config('agentstate.applied', count(*)::text, true) FROM s")
+    else:
+        parts.append(" SELECT count(*) FROM s")
+    suffix = ("_bound" if bound else "") + ("_reports" if reports else "")
+    name = f"agentstate_commit_{messages}_{inbox_changes}{suffix}"
     return prepared.prepare(name, "".join(parts))
 
 

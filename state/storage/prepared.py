@@ -59,13 +59,27 @@ class Statements:
         self, conn: Connection, statement: Prepared, params: dict[str, Any]
     ) -> CursorResult[Any]:
         """Run ``statement`` on ``conn``, preparing it first if this connection has not."""
+        self._prepare(conn, statement)
+        values = tuple(params[key] for key in statement.params)
+        return conn.exec_driver_sql(_execute(statement, len(values)), values)
+
+    def execute_then(
+        self, conn: Connection, first: Prepared, then: Prepared, params: dict[str, Any]
+    ) -> CursorResult[Any]:
+        """Run ``first`` and ``then`` in one round trip (one query message: one implicit
+        transaction, a fresh snapshot per statement); the result is ``then``'s."""
+        self._prepare(conn, first)
+        self._prepare(conn, then)
+        values = [params[key] for key in first.params]
+        values.extend(params[key] for key in then.params)
+        sql = f"{_execute(first, len(first.params))}; {_execute(then, len(then.params))}"
+        return conn.exec_driver_sql(sql, tuple(values))
+
+    def _prepare(self, conn: Connection, statement: Prepared) -> None:
         done: set[str] = conn.connection.info.setdefault(_INFO_KEY, set())
         if statement.name not in done:
             conn.exec_driver_sql(f"PREPARE {statement.name} AS {statement.sql}")
             done.add(statement.name)
-        values = tuple(params[key] for key in statement.params)
-        placeholders = ", ".join(["%s"] * len(values))
-        return conn.exec_driver_sql(f"EXECUTE {statement.name}({placeholders})", values)
 
 
 class UnpreparedStatements(Statements):
@@ -77,6 +91,19 @@ class UnpreparedStatements(Statements):
     ) -> CursorResult[Any]:
         """Run ``statement`` on ``conn`` unprepared, its values bound by the driver."""
         return conn.exec_driver_sql(statement.text, {key: params[key] for key in statement.params})
+
+    def execute_then(
+        self, conn: Connection, first: Prepared, then: Prepared, params: dict[str, Any]
+    ) -> CursorResult[Any]:
+        """Both statements' SQL in one query message (one transaction on the server
+        connection the pooler lends for it)."""
+        names = {*first.params, *then.params}
+        sql = f"{first.text}; {then.text}"
+        return conn.exec_driver_sql(sql, {key: params[key] for key in names})
+
+
+def _execute(statement: Prepared, count: int) -> str:
+    return f"EXECUTE {statement.name}({', '.join(['%s'] * count)})"
 
 
 PREPARED = Statements()

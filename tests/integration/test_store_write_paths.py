@@ -4,6 +4,8 @@ turn makes."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -147,3 +149,59 @@ def test_the_unprepared_statements_leave_the_same_rows(pg_settings: Settings) ->
     _turn(prepared_store, inbox_, first)
     _turn(unprepared, inbox_, second)
     assert _rows(backend, first) == _rows(backend, second)
+
+
+def _ending(snap: Snapshot) -> SessionChange:
+    return SessionChange(
+        phase=Phase.IDLE, status=SessionStatus.ACTIVE, doc=dict(snap.doc), check_inbox=True
+    )
+
+
+@pytest.mark.parametrize("pooler", [DbPooler.NONE, DbPooler.PGBOUNCER])
+def test_a_turn_end_sees_a_message_committed_while_it_waited_for_the_row(
+    pg_settings: Settings, pooler: DbPooler
+) -> None:
+    """The check for queued messages runs after the update took the row lock, with a
+    snapshot of its own: a message whose accepting transaction held the row while the
+    turn's last commit waited for it is seen (the turn takes it, no kick needed)."""
+    backend = Backend.build(pg_settings.model_copy(update={"db_pooler": pooler}))
+    store = SessionStore.for_engine(backend.engine, backend.cache, backend.statements)
+    session_id = uid("s")
+    snap = store.create(session_id, "carol")
+    snap = store.commit(
+        snap, SessionChange(phase=Phase.GENERATING, status=SessionStatus.ACTIVE, doc=dict(snap.doc))
+    ).snapshot
+    holding, results = threading.Event(), []
+    with backend.engine.begin() as conn:
+        item = Inbox(backend.engine)._accept(conn, session_id, "carol", "late", None)
+        assert not item.needs_kick  # mid-turn: its sender leaves it to the running turn
+        ender = threading.Thread(
+            target=lambda: (holding.set(), results.append(store.commit(snap, _ending(snap))))
+        )
+        ender.start()
+        holding.wait(5)
+        time.sleep(0.3)  # the commit is now waiting for the row this transaction holds
+        assert results == []
+    ender.join(10)
+    assert len(results) == 1 and results[0].queued
+
+
+@pytest.mark.parametrize("pooler", [DbPooler.NONE, DbPooler.PGBOUNCER])
+def test_a_stale_turn_end_writes_nothing_and_reports_nothing_queued(
+    pg_settings: Settings, pooler: DbPooler
+) -> None:
+    backend = Backend.build(pg_settings.model_copy(update={"db_pooler": pooler}))
+    store = SessionStore.for_engine(backend.engine, backend.cache, backend.statements)
+    session_id = uid("s")
+    snap = store.create(session_id, "dave")
+    Inbox(backend.engine).accept(session_id, "dave", "waiting")
+    moved = store.commit(
+        snap, SessionChange(phase=Phase.GENERATING, status=SessionStatus.ACTIVE, doc=dict(snap.doc))
+    )
+    assert not moved.queued  # a middle commit does not look
+    before = _rows(backend, session_id)
+    with pytest.raises(StaleStateError):
+        store.commit(snap, _ending(snap))  # the row is no longer at snap's revision
+    assert _rows(backend, session_id) == before
+    done = store.commit(moved.snapshot, _ending(moved.snapshot))
+    assert done.queued  # the waiting message is seen by the commit that applies
