@@ -57,7 +57,7 @@ class AgentClient(ApprovalControl, Timeline):
         self.sessions = SessionStore.for_engine(
             self.backend.engine, self.backend.cache, self.backend.statements
         )
-        self.inbox = Inbox(self.backend.engine)
+        self.inbox = Inbox.for_engine(self.backend.engine, self.backend.statements)
         self.users = PersistentStateManager(
             self.backend.redis, self.backend.engine, settings=self.settings
         )

@@ -13,7 +13,8 @@ from state.ids import new_id
 from state.machine import RESTING_PHASES
 from state.sessions.rows import insert_session
 from state.sessions.snapshot import InboxItem, InboxState, NewEvent
-from state.storage.db import read_connection
+from state.storage.db import is_postgres, read_connection
+from state.storage.prepared import PREPARED, Statements
 from state.storage.tables import inbox, sessions
 
 
@@ -22,6 +23,16 @@ class Inbox:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+
+    @staticmethod
+    def for_engine(engine: Engine, statements: Statements | None = None) -> Inbox:
+        """The inbox implementation for ``engine``'s database (``statements``: how the
+        Postgres one sends its statements, see ``Backend.statements``)."""
+        if is_postgres(engine):
+            from state.sessions.inbox_postgres import PostgresInbox
+
+            return PostgresInbox(engine, statements or PREPARED)
+        return Inbox(engine)
 
     def accept(
         self, session_id: str, user_id: str, text: str, idempotency_key: str | None = None

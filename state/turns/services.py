@@ -49,7 +49,7 @@ class TurnServices:
         return cls(
             settings=settings,
             sessions=sessions,
-            inbox=Inbox(backend.engine),
+            inbox=Inbox.for_engine(backend.engine, backend.statements),
             sync=DistributedStateSync(backend.redis, sessions, settings=settings),
             users=PersistentStateManager(backend.redis, backend.engine, settings=settings),
             workflows=WorkflowStore.for_engine(backend.engine, backend.statements),

@@ -52,9 +52,11 @@ def wfs(backend: Backend, request: pytest.FixtureRequest) -> WorkflowStore:
     return WorkflowStore.for_engine(backend.engine)
 
 
-@pytest.fixture
-def inbox_of(backend: Backend) -> Inbox:
-    return Inbox(backend.engine)
+@pytest.fixture(params=IMPLEMENTATIONS)
+def inbox_of(backend: Backend, request: pytest.FixtureRequest) -> Inbox:
+    if request.param == "portable":
+        return Inbox(backend.engine)
+    return Inbox.for_engine(backend.engine)
 
 
 @pytest.fixture

@@ -14,10 +14,11 @@ from sqlalchemy import select
 from config import Settings
 from config.settings import DbPooler
 from state.documents.codec import loads
-from state.errors import StaleStateError
+from state.errors import SessionOwnershipError, StaleStateError
 from state.machine import Phase
 from state.session import SessionStatus, make_message
 from state.sessions.inbox import Inbox
+from state.sessions.inbox_postgres import PostgresInbox
 from state.sessions.snapshot import InboxState, NewEvent, SessionChange, Snapshot
 from state.sessions.store import SessionStore
 from state.sessions.store_postgres import PostgresSessionStore
@@ -205,3 +206,32 @@ def test_a_stale_turn_end_writes_nothing_and_reports_nothing_queued(
     assert _rows(backend, session_id) == before
     done = store.commit(moved.snapshot, _ending(moved.snapshot))
     assert done.queued  # the waiting message is seen by the commit that applies
+
+
+@pytest.mark.parametrize("pooler", [DbPooler.NONE, DbPooler.PGBOUNCER])
+def test_both_accept_paths_leave_the_same_rows(pg_settings: Settings, pooler: DbPooler) -> None:
+    """The one-statement accept (an existing session, no key) writes what the portable
+    accept writes: the message, its event, the counters; and says when to kick."""
+    backend = Backend.build(pg_settings.model_copy(update={"db_pooler": pooler}))
+    portable, fast = Inbox(backend.engine), Inbox.for_engine(backend.engine, backend.statements)
+    assert isinstance(fast, PostgresInbox) and fast.statements is backend.statements
+    store = SessionStore.for_engine(backend.engine, backend.cache, backend.statements)
+    first, second = uid("s"), uid("s")
+    for inbox_, session_id in ((portable, first), (fast, second)):
+        items = [inbox_.accept(session_id, "erin", f"message {n}") for n in range(3)]
+        assert [item.needs_kick for item in items] == [True, True, True]  # idle session
+        snap = store.load_from_database(session_id)
+        assert snap is not None
+        change = SessionChange(phase=Phase.PLANNING, status=SessionStatus.ACTIVE, doc=snap.doc)
+        store.commit(snap, change)
+        late = inbox_.accept(session_id, "erin", "mid-turn")
+        assert not late.needs_kick and late.session_revision == 1 and late.seq == 4
+        queued = inbox_.next_queued(session_id)
+        assert queued is not None and (queued.seq, queued.text) == (1, "message 0")
+        with pytest.raises(SessionOwnershipError):
+            inbox_.accept(session_id, "mallory", "let me in")
+    left, right = _rows(backend, first), _rows(backend, second)
+    assert [e["kind"] for e in left["events"]].count("message_accepted") == 4
+    for rows in (left, right):  # in message id order: random ids
+        rows["inbox"].sort(key=lambda row: row["seq"])
+    assert left == right

@@ -1,0 +1,97 @@
+"""The inbox on Postgres: a message to an existing session is accepted in one prepared
+statement (one round trip, autocommit), and a turn reads its message with another.
+
+The statement does what the portable accept does in its transaction: it takes the
+session row (bumping the inbox and event counters under its lock, so sequence numbers
+follow commit order), inserts the message and its ``message_accepted`` event, and
+returns the phase the session was in. It only matches the session's own user; a new
+session, another user's session or an idempotency key take the portable path, which
+creates the row, refuses the caller or looks the key up.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine
+
+from state.clock import as_utc, utcnow
+from state.ids import new_id
+from state.machine import RESTING_PHASES
+from state.sessions.inbox import Inbox
+from state.sessions.snapshot import InboxItem, InboxState
+from state.storage import prepared
+from state.storage.db import autocommit_engine
+
+_ACCEPT = prepared.prepare(
+    "agentstate_accept_message",
+    """
+WITH s AS (
+  UPDATE sessions SET inbox_seq = inbox_seq + 1, event_seq = event_seq + 1
+  WHERE session_id = %(session_id)s AND user_id = %(user_id)s
+  RETURNING session_id, inbox_seq, phase, revision, event_seq
+), i AS (
+  INSERT INTO inbox (message_id, session_id, seq, text, state, created_at, idempotency_key)
+  SELECT %(message_id)s, s.session_id, s.inbox_seq, %(text)s, 'queued', %(now)s, NULL FROM s
+), e AS (
+  INSERT INTO events (session_id, seq, kind, revision, phase, at, data)
+  SELECT s.session_id, s.event_seq, 'message_accepted', s.revision, s.phase, %(now)s,
+    jsonb_build_object('message_id', %(message_id)s::text, 'text', %(text)s::text)
+  FROM s
+)
+SELECT inbox_seq, phase, revision FROM s""",
+)
+
+_NEXT = prepared.prepare(
+    "agentstate_next_queued",
+    "SELECT message_id, seq, text, created_at FROM inbox "
+    "WHERE session_id = %(session_id)s AND state = 'queued' ORDER BY seq LIMIT 1",
+)
+
+
+class PostgresInbox(Inbox):
+    """Inbox whose accept (to an existing session, without a key) and whose read of the
+    next message are one prepared statement each (see the module docstring)."""
+
+    def __init__(self, engine: Engine, statements: prepared.Statements = prepared.PREPARED) -> None:
+        super().__init__(engine)
+        self.autocommit = autocommit_engine(engine)
+        self.statements = statements
+
+    def accept(
+        self, session_id: str, user_id: str, text: str, idempotency_key: str | None = None
+    ) -> InboxItem:
+        """Like :meth:`Inbox.accept`, in one round trip when the session exists."""
+        if idempotency_key is not None:
+            return super().accept(session_id, user_id, text, idempotency_key)
+        message_id, now = new_id("msg"), utcnow()
+        params = {
+            "session_id": session_id,
+            "user_id": user_id,
+            "message_id": message_id,
+            "text": text,
+            "now": now,
+        }
+        with self.autocommit.connect() as conn:
+            row = self.statements.execute(conn, _ACCEPT, params).first()
+        if row is None:  # a new session, or not this user's: the portable path decides
+            return super().accept(session_id, user_id, text)
+        seq, phase, revision = tuple(row)
+        needs_kick = phase in RESTING_PHASES
+        return InboxItem(
+            message_id,
+            session_id,
+            int(seq),
+            text,
+            InboxState.QUEUED,
+            now,
+            needs_kick,
+            int(revision),
+        )
+
+    def next_queued(self, session_id: str) -> InboxItem | None:
+        """The oldest message of the session that has not started its turn."""
+        with self.autocommit.connect() as conn:
+            row = self.statements.execute(conn, _NEXT, {"session_id": session_id}).first()
+        if row is None:
+            return None
+        message_id, seq, text, created_at = tuple(row)
+        return InboxItem(message_id, session_id, seq, text, InboxState.QUEUED, as_utc(created_at))
