@@ -17,7 +17,9 @@ from typing import Any
 import psycopg2
 from celery.signals import worker_process_init
 
+from state.documents.codec import Document
 from state.storage import keys
+from tasks.actions import action
 from tasks.app import app
 from tasks.guard import GUARD_STRATEGY
 
@@ -99,3 +101,10 @@ def _redis() -> Any:
     from state.storage.redis_client import get_redis
 
     return get_redis(get_settings().redis_url)
+
+
+@action("claimed_echo")
+def claimed_echo(inputs: Document, deps: Document, context: Document) -> Document:
+    """``echo`` not declared quick: its step is claimed (marked running), then completed,
+    as any action's is unless it says it is quick: the DAG row's second measurement."""
+    return dict(inputs)

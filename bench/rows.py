@@ -165,7 +165,7 @@ def grow_history(session_id: str, extra: int) -> None:
 # -- workflows -----------------------------------------------------------------------
 
 
-def layered_dag(layers: int = 10, width: int = 100) -> dict[str, Any]:
+def layered_dag(layers: int = 10, width: int = 100, action: str = "echo") -> dict[str, Any]:
     steps = []
     for layer in range(layers):
         for i in range(width):
@@ -173,7 +173,7 @@ def layered_dag(layers: int = 10, width: int = 100) -> dict[str, Any]:
             steps.append(
                 {
                     "step_id": f"L{layer}-{i}",
-                    "action": "echo",
+                    "action": action,
                     "inputs": {"i": i},
                     "dependencies": deps,
                 }
@@ -181,12 +181,15 @@ def layered_dag(layers: int = 10, width: int = 100) -> dict[str, Any]:
     return {"steps": steps}
 
 
-def dag_seconds(settings: Settings, layers: int = 10, width: int = 100) -> float:
-    """Seconds to run a layered DAG of ``layers`` x ``width`` echo steps."""
+def dag_seconds(
+    settings: Settings, layers: int = 10, width: int = 100, action: str = "echo"
+) -> float:
+    """Seconds to run a layered DAG of ``layers`` x ``width`` steps of ``action`` (echo:
+    quick, so each step commits once; bench.floor_tasks's claimed_echo: claimed first)."""
     client = AgentClient(settings)
     warm = client.start_workflow({"steps": [{"step_id": "w", "action": "echo"}]})
     client.wait_for_workflow(warm, timeout=60)
-    spec = layered_dag(layers, width)
+    spec = layered_dag(layers, width, action)
     started = time.perf_counter()
     workflow_id = client.start_workflow(spec)
     doc = client.wait_for_workflow(workflow_id, timeout=600)

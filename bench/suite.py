@@ -140,17 +140,22 @@ def dag(table: Table, notes: list[str], scale: float, args: Any) -> None:
     with harness.workers(settings, **SHAPE):
         once = baselines.commit_once_seconds(settings, steps)
         ours = rows.dag_seconds(settings, layers, width)
-    table.append(
-        Row(
-            f"{steps:,}-step DAG",
-            ours,
-            once,
-            "s",
-            f"{steps:,} tasks, 1 commit each",
-            higher_is_better=False,
-            target="<= 1.3x",
+        claimed = rows.dag_seconds(settings, layers, width, "claimed_echo")
+    for label, seconds, target in (
+        ("", ours, "<= 1.3x"),
+        (" [claimed steps: action not quick]", claimed, ""),
+    ):
+        table.append(
+            Row(
+                f"{steps:,}-step DAG{label}",
+                seconds,
+                once,
+                "s",
+                f"{steps:,} tasks, 1 commit each",
+                higher_is_better=False,
+                target=target,
+            )
         )
-    )
 
 
 def history(table: Table, notes: list[str], scale: float, args: Any) -> None:

@@ -197,10 +197,27 @@ class Beat:
             processes.stop([self.proc], timeout_s=10)
 
 
+# The hot path's one-statement writes run in autocommit: each is its own commit.
+_AUTOCOMMIT_WRITES = (
+    b"EXECUTE agentstate_commit_",
+    b"EXECUTE agentstate_accept_",
+    b"EXECUTE agentstate_claim_",
+    b"EXECUTE agentstate_succeed_",
+)
+
+
+def _commits(query: bytes) -> bool:
+    """Whether a simple-query message commits: a COMMIT, or one of the prepared writes
+    sent in autocommit (a turn's last commit and its inbox check travel as one)."""
+    text = query.rstrip(b"\0").strip()
+    return text.upper() == b"COMMIT" or text.startswith(_AUTOCOMMIT_WRITES)
+
+
 class CommitDropper:
-    """A TCP proxy in front of Postgres that, now and then, lets a COMMIT through and then
-    cuts the connection before the server's answer reaches the client: the transaction is
-    committed, but the client sees a lost connection (the ambiguous-commit fault)."""
+    """A TCP proxy in front of Postgres that, now and then, lets a commit through (a
+    COMMIT, or a write in autocommit) and then cuts the connection before the server's
+    answer reaches the client: the transaction is committed, but the client sees a lost
+    connection (the ambiguous-commit fault)."""
 
     def __init__(self, upstream_port: int, probability: float, seed: int = 7) -> None:
         self.upstream_port = upstream_port
@@ -248,8 +265,7 @@ class CommitDropper:
             while True:
                 header = _read_exact(client, 5)
                 payload = _read_exact(client, int.from_bytes(header[1:5], "big") - 4)
-                is_commit = payload.rstrip(b"\0").strip().upper() == b"COMMIT"
-                if header[:1] == b"Q" and is_commit and self._decide():
+                if header[:1] == b"Q" and _commits(payload) and self._decide():
                     cut.set()  # the server's answer to this COMMIT is swallowed
                 upstream.sendall(header + payload)
         except OSError:
