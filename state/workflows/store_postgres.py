@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -26,7 +27,16 @@ from state.workflows.guards import require_one
 from state.workflows.records import ClaimedStep, Completion, Finished, claimed_from_row
 from state.workflows.store import WorkflowStore
 
-CLAIM = """
+# The step as ClaimedStep needs it, with its dependencies' outputs, from a row ``c``.
+_STEP_WITH_DEPS = """
+SELECT c.action, c.inputs::text AS inputs, c.dependencies::text AS dependencies,
+  c.dependents::text AS dependents, c.retry_count, c.max_retries, c.timeout_s,
+  (SELECT coalesce(jsonb_object_agg(e.dep, (
+            SELECT d.outputs FROM workflow_steps d
+             WHERE d.workflow_id = %(workflow_id)s AND d.step_id = e.dep)), '{}'::jsonb)::text
+     FROM jsonb_array_elements_text(c.dependencies) AS e(dep)) AS dep_outputs"""
+
+_CLAIM_UPDATE = """
 WITH c AS (
   UPDATE workflow_steps SET status = 'running', revision = %(revision)s + 1,
       started_at = %(now)s, updated_at = %(now)s, lease_expires_at = %(lease)s,
@@ -36,29 +46,20 @@ WITH c AS (
     AND (not_before_s IS NULL OR ready_at <= %(clock)s)
     AND (approval IS NULL OR approval = 'approved')
   RETURNING action, inputs, dependencies, dependents, retry_count, max_retries, timeout_s
-)
-SELECT c.action, c.inputs::text AS inputs, c.dependencies::text AS dependencies,
-  c.dependents::text AS dependents, c.retry_count, c.max_retries, c.timeout_s,
-  (SELECT coalesce(jsonb_object_agg(e.dep, (
-            SELECT d.outputs FROM workflow_steps d
-             WHERE d.workflow_id = %(workflow_id)s AND d.step_id = e.dep)), '{}'::jsonb)::text
-     FROM jsonb_array_elements_text(c.dependencies) AS e(dep)) AS dep_outputs
-FROM c"""
+)"""
+CLAIM = "".join((_CLAIM_UPDATE, _STEP_WITH_DEPS, "\nFROM c"))
 
 # A quick action's step runs from this read (no claim): the same runnable conditions,
 # and none of a timer, an approval to wait for or a timeout (those need the claim).
-PEEK = """
-SELECT c.action, c.inputs::text AS inputs, c.dependencies::text AS dependencies,
-  c.dependents::text AS dependents, c.retry_count, c.max_retries, c.timeout_s,
-  (SELECT coalesce(jsonb_object_agg(e.dep, (
-            SELECT d.outputs FROM workflow_steps d
-             WHERE d.workflow_id = %(workflow_id)s AND d.step_id = e.dep)), '{}'::jsonb)::text
-     FROM jsonb_array_elements_text(c.dependencies) AS e(dep)) AS dep_outputs
+PEEK = (
+    _STEP_WITH_DEPS
+    + """
 FROM workflow_steps c
 WHERE c.workflow_id = %(workflow_id)s AND c.step_id = %(step_id)s
   AND c.revision = %(revision)s AND c.status IN ('pending', 'retrying')
   AND c.remaining_deps = 0 AND c.not_before_s IS NULL AND c.timeout_s IS NULL
   AND (c.approval IS NULL OR c.approval = 'approved')"""
+)
 
 # {guard}: the step's status when its outputs commit: 'running' under a claim;
 # pending or retrying for a quick action's step, which commits once.
@@ -137,14 +138,7 @@ class PostgresWorkflowStore(WorkflowStore):
         }
         with self.autocommit.connect() as conn:
             row = self.statements.execute(conn, _CLAIM, params).first()
-        if row is None:
-            return None
-        claimed = claimed_from_row(workflow_id, step_id, revision + 1, row)
-        return replace(
-            claimed,
-            dep_outputs=codec.loads(row.dep_outputs),
-            dependents=codec.loads(row.dependents),
-        )
+        return None if row is None else _claimed(workflow_id, step_id, revision + 1, row)
 
     def succeed(self, claimed: ClaimedStep, outputs: Document) -> Completion:
         """running -> success, dependents counted down, the workflow's totals updated."""
@@ -157,14 +151,7 @@ class PostgresWorkflowStore(WorkflowStore):
         params = {"workflow_id": workflow_id, "step_id": step_id, "revision": revision}
         with self.autocommit.connect() as conn:
             row = self.statements.execute(conn, _PEEK, params).first()
-        if row is None:
-            return None
-        claimed = claimed_from_row(workflow_id, step_id, revision, row)
-        return replace(
-            claimed,
-            dep_outputs=codec.loads(row.dep_outputs),
-            dependents=codec.loads(row.dependents),
-        )
+        return None if row is None else _claimed(workflow_id, step_id, revision, row)
 
     def succeed_unclaimed(self, peeked: ClaimedStep, outputs: Document) -> Completion:
         """pending|retrying -> success in one statement, like :meth:`succeed`."""
@@ -190,6 +177,14 @@ class PostgresWorkflowStore(WorkflowStore):
             [(sid, int(rev)) for sid, rev in codec.loads(ready)],
             _finished(claimed.workflow_id, codec.loads(workflow) if workflow else None),
         )
+
+
+def _claimed(workflow_id: str, step_id: str, revision: int, row: Any) -> ClaimedStep:
+    """A ClaimedStep from a row of :data:`_STEP_WITH_DEPS`."""
+    claimed = claimed_from_row(workflow_id, step_id, revision, row)
+    return replace(
+        claimed, dep_outputs=codec.loads(row.dep_outputs), dependents=codec.loads(row.dependents)
+    )
 
 
 def _finished(workflow_id: str, row: Document | None) -> Finished | None:

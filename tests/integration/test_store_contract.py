@@ -24,6 +24,7 @@ from state.storage.backend import Backend
 from state.storage.tables import inbox, messages, quarantine, sessions, user_state
 from state.store import PersistentStateManager
 from state.workflow import parse_spec
+from state.workflows.records import ClaimedStep
 from state.workflows.store import WorkflowStore
 from tests.support import uid
 
@@ -488,13 +489,19 @@ def test_steps_that_need_their_claim_are_not_peeked(backend: Backend, wfs: Workf
         assert wfs.peek(workflow_id, step_id, revision) is None, step_id
 
 
-def test_a_quick_step_cancelled_while_it_runs_commits_nothing(
-    backend: Backend, wfs: WorkflowStore
-) -> None:
+def _peeked_root(wfs: WorkflowStore) -> tuple[str, ClaimedStep]:
+    """A new diamond workflow and its root step as a quick action's run reads it."""
     workflow_id = uid("wf")
     wfs.create(_diamond(workflow_id))
     peeked = wfs.peek(workflow_id, "a", 0)
     assert peeked is not None
+    return workflow_id, peeked
+
+
+def test_a_quick_step_cancelled_while_it_runs_commits_nothing(
+    backend: Backend, wfs: WorkflowStore
+) -> None:
+    workflow_id, peeked = _peeked_root(wfs)
     assert wfs.cancel_workflow(workflow_id) is not None
     with pytest.raises(StaleStateError):
         wfs.succeed_unclaimed(peeked, {"value": 1})
@@ -508,10 +515,7 @@ def test_a_redelivered_quick_step_finds_what_its_lost_commit_left_to_do(
 ) -> None:
     from dataclasses import replace
 
-    workflow_id = uid("wf")
-    wfs.create(_diamond(workflow_id))
-    peeked = wfs.peek(workflow_id, "a", 0)
-    assert peeked is not None
+    workflow_id, peeked = _peeked_root(wfs)
     wfs.succeed_unclaimed(replace(peeked, task_id="task-a"), {"value": 1})
     left = wfs.leftover(workflow_id, "a", "task-a")
     assert left is not None and left.completion is not None
