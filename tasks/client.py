@@ -92,11 +92,14 @@ class AgentClient(ApprovalControl, Timeline):
         if idempotency_key is not None:
             require_key(idempotency_key)
         item = self.inbox.accept(session_id, user_id, text, idempotency_key)
-        if item.needs_kick:  # else the running turn takes it from the inbox when it ends
-            self._kick(session_id, item.session_revision)
-        # After the kick, which is what the turn waits for: its message_accepted event is
-        # in, and a follower reads every event after its cursor whichever push wakes it.
-        self.notifier.session(session_id)
+        try:
+            if item.needs_kick:  # else the running turn takes it from the inbox when it ends
+                self._kick(session_id, item.session_revision)
+        finally:
+            # After the kick, which is what the turn waits for: its message_accepted event
+            # is in, and a follower reads every event after its cursor whichever push
+            # wakes it.
+            self.notifier.session(session_id)
         return item.message_id
 
     def _kick(self, session_id: str, revision: int | None) -> None:

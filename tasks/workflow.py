@@ -14,7 +14,9 @@ from tasks.runtime import runtime
 def step(self: AgentStateTask, workflow_id: str, step_id: str, revision: int) -> Any:
     """Run one step of a workflow at ``revision`` (duplicates are dropped)."""
     status = self.attempt(
-        lambda: runtime().workflows.run_step(workflow_id, step_id, revision, self.request.id),
+        lambda: runtime().workflows.run_step(
+            workflow_id, step_id, revision, self.request.id, self.redelivered
+        ),
         lambda _lost_claim: "stale",
     )
     return {"workflow_id": workflow_id, "step_id": step_id, "status": status}

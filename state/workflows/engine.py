@@ -114,12 +114,24 @@ class WorkflowEngine:
         return True
 
     def run_step(
-        self, workflow_id: str, step_id: str, revision: int, task_id: str | None = None
+        self,
+        workflow_id: str,
+        step_id: str,
+        revision: int,
+        task_id: str | None = None,
+        redelivered: bool = False,
     ) -> str:
-        """Run one step delivery; return what happened (``duplicate`` if not ours)."""
-        quick = self._run_quick(workflow_id, step_id, revision, task_id)
-        if quick is not None:
-            return quick
+        """Run one step delivery; return what happened (``duplicate`` if not ours).
+
+        ``redelivered``: the broker delivers it again because its worker was lost. Such a
+        delivery is claimed even for a quick action, so that a step that kills its
+        worker gets the claim's lease and the sweep's count of lost workers (given up
+        after AGENTSTATE_MAX_RECOVERIES) instead of running again on every redelivery.
+        """
+        if not redelivered:
+            quick = self._run_quick(workflow_id, step_id, revision, task_id)
+            if quick is not None:
+                return quick
         lease_s = self.settings.stuck_after
         claimed = self.store.claim(workflow_id, step_id, revision, lease_s, task_id)
         if claimed is None:
@@ -152,7 +164,8 @@ class WorkflowEngine:
         except Exception as exc:
             # A failed attempt counts under a claim, like any other step's.
             logger.info("step %s/%s raised %r", workflow_id, step_id, exc)
-            claimed = self.store.claim(workflow_id, step_id, revision, self.settings.stuck_after)
+            lease_s = self.settings.stuck_after
+            claimed = self.store.claim(workflow_id, step_id, revision, lease_s, task_id)
             if claimed is None:
                 return "duplicate"
             error = f"{type(exc).__name__}: {exc}"

@@ -285,10 +285,12 @@ class WorkflowStore(WorkflowReads):
         }
         if outputs is not None:
             values["outputs"] = outputs
+        if guard is not None:  # a quick action's step, never claimed: it starts now too
+            values["started_at"] = values["updated_at"]
         row = conn.execute(
             update(steps)
             .where(*(claim_guard(claimed) if guard is None else guard))
-            .values(**values, started_at=func.coalesce(steps.c.started_at, values["updated_at"]))
+            .values(**values)
             .returning(steps.c.dependents)
         ).first()
         require_one(0 if row is None else 1, claimed)

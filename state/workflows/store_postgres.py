@@ -62,12 +62,13 @@ WHERE c.workflow_id = %(workflow_id)s AND c.step_id = %(step_id)s
 )
 
 # {guard}: the step's status when its outputs commit: 'running' under a claim;
-# pending or retrying for a quick action's step, which commits once.
+# pending or retrying for a quick action's step, which commits once (and so also
+# starts then: {started}).
 _SUCCEED_SQL = """
 WITH s AS (
   UPDATE workflow_steps SET status = 'success', outputs = %(outputs)s::jsonb,
       revision = %(revision)s + 1, completed_at = %(now)s, updated_at = %(now)s,
-      started_at = coalesce(started_at, %(now)s),
+      {started}
       lease_expires_at = NULL, deadline_at = NULL, error = NULL, last_task_id = %(task_id)s
   WHERE workflow_id = %(workflow_id)s AND step_id = %(step_id)s AND revision = %(revision)s
     AND status {guard}
@@ -99,8 +100,10 @@ SELECT (SELECT count(*) FROM s),
   (SELECT coalesce(json_agg(json_build_array(step_id, revision)), '[]'::json)::text
      FROM d WHERE remaining_deps = 0 AND status = 'pending'),
   (SELECT row_to_json(w)::text FROM w)"""
-SUCCEED = _SUCCEED_SQL.format(guard="= 'running'")
-SUCCEED_UNCLAIMED = _SUCCEED_SQL.format(guard="IN ('pending', 'retrying')")
+SUCCEED = _SUCCEED_SQL.format(guard="= 'running'", started="")
+SUCCEED_UNCLAIMED = _SUCCEED_SQL.format(
+    guard="IN ('pending', 'retrying')", started="started_at = %(now)s,"
+)
 
 _CLAIM = prepared.prepare("agentstate_claim_step", CLAIM)
 _PEEK = prepared.prepare("agentstate_peek_step", PEEK)

@@ -7,7 +7,7 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from config import Settings
 from state.agent import Agent, PhaseContext, PhaseResult
@@ -17,7 +17,7 @@ from state.errors import StateLockAcquisitionError
 from state.machine import WORK_PHASES, Phase
 from state.recovery.sweep import RecoverySweep
 from state.storage.backend import Backend
-from state.storage.tables import sessions
+from state.storage.tables import sessions, steps
 from state.turns.draft import Delivery
 from state.turns.engine import TurnEngine
 from state.turns.services import TurnServices
@@ -131,3 +131,35 @@ def test_a_redelivery_below_the_limit_runs_the_phase(settings: Settings) -> None
     after = engine.services.sessions.load_from_database(session_id)
     assert after is not None and after.phase == Phase.RETRIEVING and after.recoveries == 0
     assert counted.calls == 1
+
+
+def test_a_redelivered_quick_step_is_claimed_so_that_a_lost_worker_counts(
+    settings: Settings,
+) -> None:
+    """A quick action's step commits once on its first delivery; a redelivery (its worker
+    was lost) is claimed instead, so the lease and the sweep's count of lost workers
+    apply; a failing quick run is claimed under its task id before it counts."""
+    backend = Backend.build(settings)
+    workflows = WorkflowEngine(
+        WorkflowStore.for_engine(backend.engine), RecordingDispatcher(), get_action, settings
+    )
+    spec = {
+        "steps": [
+            {"step_id": "first", "action": "echo"},
+            {"step_id": "again", "action": "echo"},
+            {"step_id": "bad", "action": "calculate", "inputs": {"expression": "1/0"}},
+        ]
+    }
+    workflow_id = workflows.start(workflows.validate(spec, known_actions()))
+    assert workflows.run_step(workflow_id, "first", 0, "t-1") == "success"
+    assert workflows.run_step(workflow_id, "again", 0, "t-2", redelivered=True) == "success"
+    assert workflows.run_step(workflow_id, "bad", 0, "t-3") == "failed"
+    with backend.engine.connect() as conn:
+        rows = conn.execute(
+            select(steps.c.step_id, steps.c.revision, steps.c.last_task_id).where(
+                steps.c.workflow_id == workflow_id
+            )
+        )
+        found = {row.step_id: (row.revision, row.last_task_id) for row in rows}
+    # One commit (0 -> 1); claim + success (0 -> 2); claim + failure, under its task id.
+    assert found == {"first": (1, "t-1"), "again": (2, "t-2"), "bad": (2, "t-3")}
