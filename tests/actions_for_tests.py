@@ -91,7 +91,9 @@ def sized_output(inputs: Document, deps: Document, context: Document) -> Documen
 @quick
 def quick_count(inputs: Document, deps: Document, context: Document) -> Document:
     """A quick action (run without a claim) that counts its runs, so a test can tell a
-    run from a commit; fails its first ``failures`` runs."""
+    run from a commit; fails its first ``failures`` runs. ``seconds`` stretches it (a
+    window for killing its worker: a real quick action takes milliseconds)."""
+    time.sleep(float(inputs.get("seconds", 0.0)))
     runs = _redis().hincrby(effects_key(context["run"]), inputs["name"], 1)
     if runs <= int(inputs.get("failures", 0)):
         raise RuntimeError(f"quick failure {runs}")

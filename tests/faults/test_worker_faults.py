@@ -212,3 +212,38 @@ def test_a_turn_that_kills_its_worker_gets_an_apology_while_the_queue_stays_busy
         assert 2 <= runs <= settings.max_recoveries + 1, runs
         wait_all_idle(client, feeder.sessions, timeout=180)
         assert assert_answered_exactly_once(client, feeder.sent) > 0
+
+
+def test_a_quick_workflow_survives_its_worker_being_killed_mid_step(
+    fault_settings: Settings, beat: Beat, tmp_path: Path
+) -> None:
+    """Steps of a quick action (read, run, one commit; no claim) while a whole worker is
+    SIGKILLed: a run it held is delivered again (or sent again by the sweep), every step
+    commits once (a chain of sums comes out right) and nothing is lost."""
+    pool = Workers(fault_settings, tmp_path, count=2).start()
+    try:
+        client = AgentClient(fault_settings)
+        run = uid("run")
+        steps = [
+            {
+                "step_id": f"q{i}",
+                "action": "quick_count",
+                "inputs": {"name": f"q{i}", "seconds": 0.4},
+                "dependencies": [] if i < 4 else [f"q{i - 4}"],
+            }
+            for i in range(12)
+        ]
+        workflow_id = client.start_workflow({"context": {"run": run}, "steps": steps})
+        time.sleep(0.6)
+        pool.kill(pool.alive()[0])
+        pool.add()
+        pool.wait_ready()
+        doc = client.wait_for_workflow(workflow_id, timeout=120)
+        assert doc["status"] == "success"
+        outputs = {sid: s["outputs"]["value"] for sid, s in doc["steps"].items()}
+        assert outputs == {f"q{i}": 1 + i // 4 for i in range(12)}  # a chain of sums
+        effects = redis.Redis.from_url(fault_settings.redis_url, decode_responses=True)
+        runs = {name: int(n) for name, n in effects.hgetall(effects_key(run)).items()}
+        assert set(runs) == {f"q{i}" for i in range(12)} and all(n >= 1 for n in runs.values())
+    finally:
+        pool.stop()
