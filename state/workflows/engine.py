@@ -12,7 +12,7 @@ from functools import partial
 
 from sqlalchemy.exc import IntegrityError
 
-from config import Settings
+from config import HopPolicy, Settings
 from state.agent import is_quick
 from state.dispatch import Dispatcher
 from state.documents import codec
@@ -35,6 +35,9 @@ logger = logging.getLogger(__name__)
 ActionFn = Callable[[Document, Document, Document], Document]
 ActionLookup = Callable[[str], ActionFn | None]
 MAX_BACKOFF_S = 300.0
+# How long one delivery may go on running released quick steps (the inline policy).
+CONTINUE_STEPS = 64
+CONTINUE_FOR_S = 0.5
 
 _heartbeats = Ticker("step-heartbeat")
 
@@ -150,10 +153,22 @@ class WorkflowEngine:
     def _run_quick(
         self, workflow_id: str, step_id: str, revision: int, task_id: str | None
     ) -> str | None:
-        """Run a step whose action is quick (``@quick``) without claiming it: a read, the
-        action, and the success as the step's one commit, guarded by its revision, so
-        of two deliveries running it at once one commits and the other finds it moved.
-        None when the step is not one of those now: the claim decides."""
+        """Run a step whose action is quick (``@quick``) without claiming it, then, under
+        the inline policy, the quick steps it releases (:meth:`_continue`). None when
+        the step is not one of those now: the claim decides."""
+        outcome = self._quick_once(workflow_id, step_id, revision, task_id)
+        if not isinstance(outcome, Completion):
+            return outcome
+        self._continue(outcome, task_id)
+        return "success"
+
+    def _quick_once(
+        self, workflow_id: str, step_id: str, revision: int, task_id: str | None
+    ) -> Completion | str | None:
+        """A read, the action, and the success as the step's one commit, guarded by its
+        revision, so of two deliveries running it at once one commits and the other
+        finds it moved. The completion, not yet followed; what happened if the action
+        failed; None if the step is not quick and ready at ``revision``."""
         peeked = self.store.peek(workflow_id, step_id, revision)
         fn = None if peeked is None else self.actions(peeked.action)
         if peeked is None or fn is None or not is_quick(fn):
@@ -170,8 +185,37 @@ class WorkflowEngine:
                 return "duplicate"
             error = f"{type(exc).__name__}: {exc}"
             return self._fail(replace(claimed, task_id=task_id), error, retry=retryable(exc))
-        self.follow(self.store.succeed_unclaimed(peeked, outputs))
-        return "success"
+        return self.store.succeed_unclaimed(peeked, outputs)
+
+    def _continue(self, completion: Completion, task_id: str | None) -> None:
+        """Follow ``completion``; under the inline policy, run one step it released here
+        instead of sending it, if that step is quick, and so on down the chain (each
+        step still its own commit; the others released are sent, to run in parallel).
+
+        A chain ends after CONTINUE_STEPS steps or CONTINUE_FOR_S seconds, so that one
+        delivery holds its worker briefly. A chain cut short by a lost worker is picked
+        up when the broker delivers the first step again: its leftovers are the ready
+        dependents of every step committed under this task id."""
+        continue_until = time.monotonic() + CONTINUE_FOR_S
+        for _ in range(CONTINUE_STEPS):
+            if not self._inline or not completion.ready or time.monotonic() > continue_until:
+                break
+            (step_id, revision), *others = completion.ready
+            self.follow(replace(completion, ready=others))
+            try:
+                outcome = self._quick_once(completion.workflow_id, step_id, revision, task_id)
+            except StaleStateError:
+                return  # another delivery of it committed first and follows it up
+            if outcome is None:  # not quick (or not ready after all): the claim decides
+                self.dispatcher.step(completion.workflow_id, step_id, revision)
+            if not isinstance(outcome, Completion):
+                return
+            completion = outcome
+        self.follow(completion)
+
+    @property
+    def _inline(self) -> bool:
+        return self.settings.hop_policy == HopPolicy.INLINE
 
     def _run_claimed(self, claimed: ClaimedStep, lease_s: float) -> str:
         fn = self.actions(claimed.action)

@@ -51,7 +51,6 @@ class WorkflowReads:
                     steps.c.status,
                     steps.c.revision,
                     steps.c.last_task_id,
-                    steps.c.dependents,
                     steps.c.lease_expires_at,
                     *CLAIM_COLUMNS,
                 ).where(steps.c.workflow_id == workflow_id, steps.c.step_id == step_id)
@@ -67,9 +66,25 @@ class WorkflowReads:
                 )
             if row.status == WorkflowStepStatus.RETRYING:
                 return Leftover(retry_revision=int(row.revision))
-            ready = self._ready_among(conn, workflow_id, codec.loads(row.dependents))
+            dependents = self._dependents_of_successes(conn, workflow_id, task_id)
+            ready = self._ready_among(conn, workflow_id, dependents)
             finished = self._finished(conn, workflow_id)
         return Leftover(completion=Completion(workflow_id, ready, finished))
+
+    def _dependents_of_successes(
+        self, conn: Connection, workflow_id: str, task_id: str
+    ) -> list[str]:
+        # Every step this delivery completed, not only the one it was sent for: under
+        # the inline policy one delivery runs a chain of quick steps, and a chain cut
+        # short left the step after the last commit unsent.
+        rows = conn.execute(
+            select(steps.c.dependents).where(
+                steps.c.workflow_id == workflow_id,
+                steps.c.last_task_id == task_id,
+                steps.c.status == WorkflowStepStatus.SUCCESS,
+            )
+        )
+        return sorted({step for row in rows for step in codec.loads(row[0])})
 
     def _ready_among(
         self, conn: Connection, workflow_id: str, candidates: list[str]
