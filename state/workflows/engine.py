@@ -35,7 +35,8 @@ logger = logging.getLogger(__name__)
 ActionFn = Callable[[Document, Document, Document], Document]
 ActionLookup = Callable[[str], ActionFn | None]
 MAX_BACKOFF_S = 300.0
-# How long one delivery may go on running released quick steps (the inline policy).
+# How far one delivery may go on into released quick steps (the inline policy): steps
+# after its own, and seconds.
 CONTINUE_STEPS = 64
 CONTINUE_FOR_S = 0.5
 
@@ -202,16 +203,28 @@ class WorkflowEngine:
                 break
             (step_id, revision), *others = completion.ready
             self.follow(replace(completion, ready=others))
-            try:
-                outcome = self._quick_once(completion.workflow_id, step_id, revision, task_id)
-            except StaleStateError:
-                return  # another delivery of it committed first and follows it up
-            if outcome is None:  # not quick (or not ready after all): the claim decides
-                self.dispatcher.step(completion.workflow_id, step_id, revision)
+            outcome = self._continue_into(completion.workflow_id, step_id, revision, task_id)
             if not isinstance(outcome, Completion):
                 return
             completion = outcome
         self.follow(completion)
+
+    def _continue_into(
+        self, workflow_id: str, step_id: str, revision: int, task_id: str | None
+    ) -> Completion | str | None:
+        """Run a released step here; if it is not quick, or this delivery is stopped
+        before its commit (a time limit, a lost connection), send it instead."""
+        try:
+            outcome = self._quick_once(workflow_id, step_id, revision, task_id)
+        except StaleStateError:
+            return None  # another delivery of it committed first and follows it up
+        except BaseException:
+            with contextlib.suppress(Exception):  # best effort: else the sweep sends it
+                self.dispatcher.step(workflow_id, step_id, revision)
+            raise
+        if outcome is None:  # not quick (or not ready after all): the claim decides
+            self.dispatcher.step(workflow_id, step_id, revision)
+        return outcome
 
     @property
     def _inline(self) -> bool:

@@ -186,3 +186,28 @@ def test_a_redelivery_sends_what_a_chain_cut_short_left_unsent(settings: Setting
     # Another task's message for the same step is a plain duplicate.
     assert engine.run_step(workflow_id, "s0", 0, "t-other", redelivered=True) == "duplicate"
     assert _steps_sent(dispatcher) == []
+
+
+def test_a_step_taken_into_a_chain_is_sent_if_the_delivery_stops_before_its_commit(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database goes away after the first commit: the step the chain took is sent
+    (not left to the sweep) and the error still stops the delivery."""
+    engine, dispatcher = _engine(settings, HopPolicy.INLINE)
+    workflow_id = _chain(engine, "add_one", "add_one", "add_one")
+    dispatcher.sent.clear()
+    peek = engine.store.peek
+    calls: list[str] = []
+
+    def peek_then_fail(workflow_id: str, step_id: str, revision: int) -> Any:
+        calls.append(step_id)
+        if len(calls) > 1:
+            raise ConnectionError("the database went away")
+        return peek(workflow_id, step_id, revision)
+
+    monkeypatch.setattr(engine.store, "peek", peek_then_fail)
+    with pytest.raises(ConnectionError):
+        engine.run_step(workflow_id, "s0", 0, "t-1")
+    assert calls == ["s0", "s1"]
+    assert _steps_sent(dispatcher) == ["s1"]
+    assert _rows(settings, workflow_id)["s1"] == ("pending", None)
