@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -146,6 +147,18 @@ class SessionChange:
     events: list[NewEvent] = field(default_factory=list)
     trigger: str | None = None
     prepare: list[TransactionOp] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A phase's commit held back to travel with a later one (``SessionStore.stage``):
+    the snapshot it starts from and the one it leads to, and the backend's statement and
+    parameters for it."""
+
+    base: Snapshot
+    snapshot: Snapshot
+    statement: Any
+    params: dict[str, Any]
 
 
 @dataclass(frozen=True)

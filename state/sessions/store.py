@@ -12,7 +12,7 @@ prepared statement. :meth:`SessionStore.for_engine` picks the one for a database
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from sqlalchemy import Connection, Engine, select, update
@@ -42,7 +42,13 @@ from state.sessions.rows import (
     new_document,
     stale,
 )
-from state.sessions.snapshot import CommitResult, InboxState, SessionChange, Snapshot
+from state.sessions.snapshot import (
+    CommitResult,
+    InboxState,
+    SessionChange,
+    Snapshot,
+    Staged,
+)
 from state.storage import keys
 from state.storage.cache import CachedEntry, StateCache
 from state.storage.db import is_postgres, read_connection
@@ -294,35 +300,42 @@ class SessionStore:
         snapshot: Snapshot,
         change: SessionChange,
         before_commit: Callable[[], bool] | None = None,
+        staged: Sequence[Staged] = (),
     ) -> CommitResult:
         """Write ``change`` if the session is still at ``snapshot.revision``.
 
         Raises StaleStateError (and writes nothing) if another writer got there first or
-        ``before_commit`` reports that our lock was lost.
+        ``before_commit`` reports that our lock was lost. ``staged``: commits held back
+        by :meth:`stage`, written first, all or none of them with this one.
         """
         change.doc["phase"] = change.phase
         change.doc["status"] = change.status
-        queued = self._write(snapshot, change, before_commit)
-        new = Snapshot(
-            session_id=snapshot.session_id,
-            user_id=snapshot.user_id or str(change.doc.get("user_id") or ""),
-            phase=change.phase,
-            status=change.status,
-            revision=snapshot.revision + 1,
-            doc=change.doc,
-            message_count=snapshot.message_count + len(change.new_messages),
-            last_task_id=change.task_id,
-            deadline_at=change.deadline_at,
-        )
-        return CommitResult(new, queued)
+        queued = self._write(snapshot, change, before_commit, staged)
+        return CommitResult(after(snapshot, change), queued)
+
+    def stage(self, snapshot: Snapshot, change: SessionChange) -> Staged | None:
+        """Hold ``change`` back, to be written with the next commit (or :meth:`flush`) in
+        the same round trip and transaction; None where the backend cannot (here: never;
+        Postgres for a change its one statement can write)."""
+        return None
+
+    def flush(self, staged: Sequence[Staged], before_commit: Callable[[], bool] | None) -> None:
+        """Write commits held back by :meth:`stage`, all or none (StaleStateError)."""
+        if staged:
+            raise AssertionError(f"{type(self).__name__} stages nothing")
 
     def _write(
-        self, snapshot: Snapshot, change: SessionChange, before_commit: Callable[[], bool] | None
+        self,
+        snapshot: Snapshot,
+        change: SessionChange,
+        before_commit: Callable[[], bool] | None,
+        staged: Sequence[Staged] = (),
     ) -> bool:
         """Apply ``change`` in one transaction; return whether messages wait in the inbox.
 
         The lock is checked last, inside the transaction, right before COMMIT.
         """
+        self.flush(staged, before_commit)  # never any here: this store stages nothing
         with self.engine.begin() as conn:
             for op in change.prepare:
                 op(conn)
@@ -340,6 +353,21 @@ class SessionStore:
             if before_commit is not None and not before_commit():
                 raise lock_lost(snapshot)
         return queued
+
+
+def after(snapshot: Snapshot, change: SessionChange) -> Snapshot:
+    """The session as ``change`` leaves it (its document already holds phase and status)."""
+    return Snapshot(
+        session_id=snapshot.session_id,
+        user_id=snapshot.user_id or str(change.doc.get("user_id") or ""),
+        phase=change.phase,
+        status=change.status,
+        revision=snapshot.revision + 1,
+        doc=change.doc,
+        message_count=snapshot.message_count + len(change.new_messages),
+        last_task_id=change.task_id,
+        deadline_at=change.deadline_at,
+    )
 
 
 def _check_page_argument(name: str, value: object) -> None:

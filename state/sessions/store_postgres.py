@@ -9,6 +9,12 @@ meanwhile is seen (a statement's own snapshot would miss it). Both go in one que
 message (one implicit transaction, one round trip). A commit with extra work
 (``ops``, ``prepare``) or a session's first write takes the portable path.
 
+Under the inline policy a quick phase followed by another quick phase in the same worker
+is staged (:meth:`PostgresSessionStore.stage`) and travels with the next commit: the
+statements of consecutive quick phases go in one query message, one transaction. Each
+phase still writes its own revision, record and events; a staged statement that finds
+the row moved raises, which undoes the whole message (its writer lost the race).
+
 A snapshot carried in a task message is bound to the row by the same statement: it
 updates only a row whose document (in jsonb's canonical text) and columns are the
 carried ones, so a forged or stale snapshot commits nothing.
@@ -16,19 +22,21 @@ carried ones, so a forged or stale snapshot commits nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
 from state.clock import utcnow
 from state.documents import codec
 from state.documents.codec import Document
 from state.events import log, revisions
 from state.sessions.rows import lock_lost, stale
-from state.sessions.snapshot import InboxState, SessionChange, Snapshot
-from state.sessions.store import SessionStore
+from state.sessions.snapshot import InboxState, SessionChange, Snapshot, Staged
+from state.sessions.store import SessionStore, after
 from state.storage import prepared
 from state.storage.cache import StateCache
 from state.storage.db import autocommit_engine
@@ -62,6 +70,8 @@ _RECORD = """, e AS (INSERT INTO events (session_id, seq, kind, revision, phase,
 # A turn's last commit reports whether it applied in a transaction-local setting, which
 # this statement reads in the same transaction: after the update took the row lock and
 # with a snapshot of its own, so it sees a message committed meanwhile.
+_DIVISION_BY_ZERO = "22012"
+
 _APPLIED_AND_QUEUED = prepared.prepare(
     "agentstate_applied_and_queued",
     "SELECT current_setting('agentstate.applied', true) = '1', "
@@ -86,38 +96,90 @@ class PostgresSessionStore(SessionStore):
         """Postgres binds a carried snapshot to the row in the commit (module docstring)."""
         return True
 
+    def stage(self, snapshot: Snapshot, change: SessionChange) -> Staged | None:
+        """A change the one statement can write, held back (see :meth:`flush`)."""
+        if not self._one_statement(snapshot, change) or change.check_inbox:
+            return None
+        change.doc["phase"] = change.phase
+        change.doc["status"] = change.status
+        shape = (len(change.new_messages), len(change.inbox_state), snapshot.carried)
+        params = parameters(snapshot, change)  # encodes now: a later handler cannot alter it
+        return Staged(snapshot, after(snapshot, change), statement(*shape, strict=True), params)
+
+    def flush(self, staged: Sequence[Staged], before_commit: Callable[[], bool] | None) -> None:
+        """The held-back statements in one query message: one transaction, so a stale one
+        (its division by zero) undoes those before it and stops those after it."""
+        if not staged:
+            return
+        _check_held(staged[0].base, before_commit)
+        with self.autocommit.connect() as conn, _stale_if_unapplied(staged[0].base):
+            self.statements.execute_all(conn, [(s.statement, s.params) for s in staged])
+
     def _write(
-        self, snapshot: Snapshot, change: SessionChange, before_commit: Callable[[], bool] | None
+        self,
+        snapshot: Snapshot,
+        change: SessionChange,
+        before_commit: Callable[[], bool] | None,
+        staged: Sequence[Staged] = (),
     ) -> bool:
-        if not snapshot.stored or change.ops or change.prepare:
-            return super()._write(snapshot, change, before_commit)
+        if not self._one_statement(snapshot, change):
+            return super()._write(snapshot, change, before_commit, staged)
         # The lock is checked just before the one statement; the revision guard in that
         # statement still refuses any writer that lost a race.
-        if before_commit is not None and not before_commit():
-            raise lock_lost(snapshot)
+        _check_held(staged[0].base if staged else snapshot, before_commit)
         params = parameters(snapshot, change)
         shape = (len(change.new_messages), len(change.inbox_state), snapshot.carried)
         statement_ = statement(*shape, reports=change.check_inbox)
-        with self.autocommit.connect() as conn:
-            if not change.check_inbox:
-                applied = bool(self.statements.execute(conn, statement_, params).scalar_one())
-                queued = False
-            else:
-                found = self.statements.execute_then(conn, statement_, _APPLIED_AND_QUEUED, params)
-                applied, queued = (bool(value) for value in found.one())
+        parts = [(s.statement, s.params) for s in staged]
+        parts.append((statement_, params))
+        if change.check_inbox:
+            parts.append((_APPLIED_AND_QUEUED, params))
+        first = staged[0].base if staged else snapshot
+        with self.autocommit.connect() as conn, _stale_if_unapplied(first):
+            found = self.statements.execute_all(conn, parts).one()
+        # After staged statements that all applied (else their error undid everything),
+        # the row is ours and at this statement's revision: it applies too.
+        applied, queued = bool(found[0]), change.check_inbox and bool(found[-1])
         if not applied:
             raise stale(snapshot)
         return queued
 
+    @staticmethod
+    def _one_statement(snapshot: Snapshot, change: SessionChange) -> bool:
+        return snapshot.stored and not change.ops and not change.prepare
+
+
+def _check_held(snapshot: Snapshot, before_commit: Callable[[], bool] | None) -> None:
+    if before_commit is not None and not before_commit():
+        raise lock_lost(snapshot)
+
+
+@contextmanager
+def _stale_if_unapplied(snapshot: Snapshot) -> Iterator[None]:
+    """A held-back statement that found the row moved divides by zero (SQLSTATE 22012):
+    that is the writer losing the race for ``snapshot``, nothing else."""
+    try:
+        yield
+    except DBAPIError as exc:
+        if getattr(exc.orig, "pgcode", None) == _DIVISION_BY_ZERO:
+            raise stale(snapshot) from exc
+        raise
+
 
 @lru_cache(maxsize=128)
 def statement(
-    messages: int, inbox_changes: int, bound: bool = False, *, reports: bool = False
+    messages: int,
+    inbox_changes: int,
+    bound: bool = False,
+    *,
+    reports: bool = False,
+    strict: bool = False,
 ) -> prepared.Prepared:
     """The commit statement for a phase adding ``messages`` rows and changing inbox rows
     (``bound``: from a carried snapshot, which the row must hold exactly; ``reports``:
     whether it applied goes to the transaction's ``agentstate.applied`` setting, for
-    the statement after it).
+    the statement after it; ``strict``: a staged commit, which fails, division by zero,
+    when it does not apply, so that the statements sent with it are undone or stopped).
 
     Only placeholder numbers are formatted into the SQL; every value is a bound parameter.
     """
@@ -141,9 +203,13 @@ def statement(
     )
     if reports:
         parts.append(" SELECT set_config('agentstate.applied', count(*)::text, true) FROM s")
+    elif strict:
+        parts.append(" SELECT 1 / count(*) FROM s")
     else:
         parts.append(" SELECT count(*) FROM s")
-    suffix = ("_bound" if bound else "") + ("_reports" if reports else "")
+    suffix = "".join(
+        name for name, on in (("_bound", bound), ("_reports", reports), ("_strict", strict)) if on
+    )
     name = f"agentstate_commit_{messages}_{inbox_changes}{suffix}"
     return prepared.prepare(name, "".join(parts))
 

@@ -15,6 +15,7 @@ time instead (``AGENTSTATE_DB_POOLER=pgbouncer``).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -68,11 +69,19 @@ class Statements:
     ) -> CursorResult[Any]:
         """Run ``first`` and ``then`` in one round trip (one query message: one implicit
         transaction, a fresh snapshot per statement); the result is ``then``'s."""
-        self._prepare(conn, first)
-        self._prepare(conn, then)
-        values = [params[key] for key in first.params]
-        values.extend(params[key] for key in then.params)
-        sql = f"{_execute(first, len(first.params))}; {_execute(then, len(then.params))}"
+        return self.execute_all(conn, [(first, params), (then, params)])
+
+    def execute_all(
+        self, conn: Connection, parts: Sequence[tuple[Prepared, dict[str, Any]]]
+    ) -> CursorResult[Any]:
+        """Run each statement with its own parameters, in order, in one query message
+        (one implicit transaction: an error in any of them undoes them all); the result
+        is the last one's."""
+        values: list[Any] = []
+        for statement, params in parts:
+            self._prepare(conn, statement)
+            values.extend(params[key] for key in statement.params)
+        sql = "; ".join(_execute(statement, len(statement.params)) for statement, _ in parts)
         return conn.exec_driver_sql(sql, tuple(values))
 
     def _prepare(self, conn: Connection, statement: Prepared) -> None:
@@ -92,14 +101,18 @@ class UnpreparedStatements(Statements):
         """Run ``statement`` on ``conn`` unprepared, its values bound by the driver."""
         return conn.exec_driver_sql(statement.text, {key: params[key] for key in statement.params})
 
-    def execute_then(
-        self, conn: Connection, first: Prepared, then: Prepared, params: dict[str, Any]
+    def execute_all(
+        self, conn: Connection, parts: Sequence[tuple[Prepared, dict[str, Any]]]
     ) -> CursorResult[Any]:
-        """Both statements' SQL in one query message (one transaction on the server
-        connection the pooler lends for it)."""
-        names = {*first.params, *then.params}
-        sql = f"{first.text}; {then.text}"
-        return conn.exec_driver_sql(sql, {key: params[key] for key in names})
+        """The statements' SQL in one query message (one transaction on the server
+        connection the pooler lends for it), each placeholder renamed after its
+        statement's place so that two statements' parameters never mix."""
+        texts: list[str] = []
+        values: dict[str, Any] = {}
+        for i, (statement, params) in enumerate(parts):
+            texts.append(_NAMED.sub(rf"%(\1_{i})s", statement.text))
+            values.update({f"{key}_{i}": params[key] for key in statement.params})
+        return conn.exec_driver_sql("; ".join(texts), values)
 
 
 def _execute(statement: Prepared, count: int) -> str:

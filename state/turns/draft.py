@@ -53,6 +53,10 @@ class PhaseOutcome:
         return asdict(self)
 
 
+def _nothing() -> None:
+    pass
+
+
 class Draft:
     """The change one phase makes, assembled before its guarded commit."""
 
@@ -77,6 +81,9 @@ class Draft:
         self.turn_over = False
         self.roots: list[tuple[str, str, int]] = []
         self.user_writes: list[tuple[str, int, Document]] = []
+        # Called before the handler reads the database (its history, the user's state):
+        # the engine writes the commits it holds back, which the read must see.
+        self.before_read: Callable[[], None] = _nothing
         self._base: tuple[Any, ...] | None = None
 
     def checkpoint(self) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -37,9 +38,9 @@ from state.errors import (
 )
 from state.events.log import custom_event
 from state.lock import LockHandle
-from state.machine import RESTING_PHASES, Phase, Trigger
+from state.machine import RESTING_PHASES, WORK_PHASES, Phase, Trigger
 from state.recovery.queries import note_redelivery
-from state.sessions.snapshot import CommitResult, Snapshot
+from state.sessions.snapshot import CommitResult, SessionChange, Snapshot, Staged
 from state.storage.cache import CachedEntry
 from state.turns import carry, followups, rules
 from state.turns.deadlines import alarm, deadline_passed, time_limit
@@ -65,6 +66,8 @@ class _Held:
     outcome: PhaseOutcome
     followups: Followups = field(default_factory=Followups)
     give_up: str | None = None  # why the turn ends now instead of running its handler
+    # Commits of quick phases held back to travel with the next commit (inline policy).
+    staged: list[tuple[Phase, Staged]] = field(default_factory=list)
 
 
 class TurnEngine:
@@ -186,33 +189,75 @@ class TurnEngine:
     ) -> Snapshot:
         give_up = held.give_up
         while phase is not None:
-            draft = self._draft(phase, snap, task_id, give_up)
+            draft = self._draft(phase, snap, task_id, give_up, held)
             give_up = None
             if draft is None:
                 break
-            result = self._commit(snap, draft, held.handle)
+            result = self._commit(phase, snap, draft, held)
             snap = result.snapshot
-            held.outcome.phases.append(phase)
-            held.outcome.status = "applied"
             followups.collect(draft, held.followups)
             phase = self.services.next_phase(snap, result.queued)
             if phase is not None and not self._inline(phase):
                 held.followups.phase = (phase, snap.revision)
                 phase = None
+        self._flush(held)
         return snap
 
-    def _commit(self, snap: Snapshot, draft: Draft, handle: LockHandle | None) -> CommitResult:
-        sync = self.services.sync
-        still_held = None if handle is None else partial(sync.surely_held, handle)
-        sessions = self.services.sessions
+    def _commit(self, phase: Phase, snap: Snapshot, draft: Draft, held: _Held) -> CommitResult:
         try:
-            return sessions.commit(snap, draft.change(), still_held)
+            return self._write(phase, snap, draft.change(), held)
         except UnstorableResultError as exc:
             logger.warning(
                 "session %s: result of %s not storable: %s", snap.session_id, snap.phase, exc
             )
             rules.fail_turn(draft, Trigger.ERROR_OCCURRED, rules.ERROR_REPLY, str(exc))
-            return sessions.commit(snap, draft.change(), still_held)
+            return self._write(phase, snap, draft.change(), held)
+
+    def _write(
+        self, phase: Phase, snap: Snapshot, change: SessionChange, held: _Held
+    ) -> CommitResult:
+        """Commit ``change`` with the commits held back before it, or hold it back too
+        when the next phase is quick and runs here (:meth:`_may_stage`)."""
+        sessions = self.services.sessions
+        if self._may_stage(phase, change):
+            staged = sessions.stage(snap, change)
+            if staged is not None:
+                held.staged.append((phase, staged))
+                return CommitResult(staged.snapshot, queued=False)
+        pending = [staged for _, staged in held.staged]
+        result = sessions.commit(snap, change, self._still_held(held), pending)
+        self._applied(held, phase)
+        return result
+
+    def _may_stage(self, phase: Phase, change: SessionChange) -> bool:
+        # A quick phase's commit may travel with the next phase's when that one is quick
+        # and runs here: nothing leaves this process in between (no side effect, no
+        # broker hop), so the two checkpoints land together or not at all, and a lost
+        # worker's turn resumes from the one before them, as it would a moment earlier.
+        return (
+            self.agent.is_quick(phase)
+            and not change.check_inbox
+            and change.phase in WORK_PHASES
+            and self._inline(Phase(change.phase))
+        )
+
+    def _flush(self, held: _Held) -> None:
+        """Write the commits held back (before a read that must see them, or at the end)."""
+        if held.staged:
+            pending = [staged for _, staged in held.staged]
+            self.services.sessions.flush(pending, self._still_held(held))
+            self._applied(held)
+
+    def _applied(self, held: _Held, phase: Phase | None = None) -> None:
+        held.outcome.phases.extend(staged_phase for staged_phase, _ in held.staged)
+        held.staged.clear()
+        if phase is not None:
+            held.outcome.phases.append(phase)
+        held.outcome.status = "applied"
+
+    def _still_held(self, held: _Held) -> Callable[[], bool] | None:
+        handle = held.handle
+        return None if handle is None else partial(self.services.sync.surely_held, handle)
 
     def _given_up(self, snap: Snapshot) -> str | None:
         """Why the turn must end without its handler: its revision was recovered (its
@@ -264,9 +309,15 @@ class TurnEngine:
     # -- building a phase's change ---------------------------------------------
 
     def _draft(
-        self, phase: Phase, snap: Snapshot, task_id: str | None, give_up: str | None = None
+        self,
+        phase: Phase,
+        snap: Snapshot,
+        task_id: str | None,
+        give_up: str | None,
+        held: _Held,
     ) -> Draft | None:
         draft = Draft(snap, task_id)
+        draft.before_read = partial(self._flush, held)
         if phase == Phase.UNDERSTANDING:
             item = self.services.inbox.next_queued(snap.session_id)
             if item is None:
@@ -358,6 +409,16 @@ class TurnEngine:
     def _context(self, phase: Phase, draft: Draft) -> PhaseContext:
         snap = draft.snap
         sessions, users = self.services.sessions, self.services.users
+
+        # Reads see this turn's commits held back so far: they land first.
+        def history(n: int) -> list[Document]:
+            draft.before_read()
+            return sessions.history(snap.session_id, last=n)
+
+        def user_state() -> Document:
+            draft.before_read()
+            return users.load_user_state(snap.user_id)
+
         return PhaseContext(
             session_id=snap.session_id,
             user_id=snap.user_id,
@@ -371,8 +432,8 @@ class TurnEngine:
             workflow=self._finished_workflow(draft) if phase == Phase.EXECUTING else None,
             attempt=int(draft.context.get("attempt", 1)),
             approval=draft.context.get(rules.APPROVAL_KEY),
-            history_reader=lambda n: sessions.history(snap.session_id, last=n),
-            user_state_reader=lambda: users.load_user_state(snap.user_id),
+            history_reader=history,
+            user_state_reader=user_state,
             event_sink=partial(self._emit, draft),
         )
 
