@@ -322,6 +322,12 @@ class SessionStore:
     def flush(self, staged: Sequence[Staged], before_commit: Callable[[], bool] | None) -> None:
         """Write commits held back by :meth:`stage`, all or none (StaleStateError)."""
         if staged:
+            with self.engine.begin() as conn:
+                self._write_staged(conn, staged)
+
+    def _write_staged(self, conn: Connection, staged: Sequence[Staged]) -> None:
+        """Run held-back commits in ``conn``'s transaction (a store that stages says how)."""
+        if staged:
             raise AssertionError(f"{type(self).__name__} stages nothing")
 
     def _write(
@@ -335,8 +341,8 @@ class SessionStore:
 
         The lock is checked last, inside the transaction, right before COMMIT.
         """
-        self.flush(staged, before_commit)  # never any here: this store stages nothing
         with self.engine.begin() as conn:
+            self._write_staged(conn, staged)
             for op in change.prepare:
                 op(conn)
             if not snapshot.stored:

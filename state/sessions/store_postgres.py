@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from state.clock import utcnow
@@ -112,8 +112,15 @@ class PostgresSessionStore(SessionStore):
         if not staged:
             return
         _check_held(staged[0].base, before_commit)
-        with self.autocommit.connect() as conn, _stale_if_unapplied(staged[0].base):
-            self.statements.execute_all(conn, [(s.statement, s.params) for s in staged])
+        with self.autocommit.connect() as conn:
+            self._write_staged(conn, staged)
+
+    def _write_staged(self, conn: Connection, staged: Sequence[Staged]) -> None:
+        # In autocommit, one implicit transaction; in the portable path's transaction, a
+        # part of it (a commit with ops takes the phases held back before it along).
+        if staged:
+            with _stale_if_unapplied(staged[0].base):
+                self.statements.execute_all(conn, [(s.statement, s.params) for s in staged])
 
     def _write(
         self,

@@ -14,7 +14,7 @@ from state.errors import InvalidPayloadError
 from state.events.log import reply_event
 from state.machine import AgentStateMachine, Phase
 from state.session import SessionStatus, make_message
-from state.sessions.snapshot import InboxState, NewEvent, SessionChange, Snapshot
+from state.sessions.snapshot import InboxState, NewEvent, SessionChange, Snapshot, Staged
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,9 @@ class Draft:
         # Called before the handler reads the database (its history, the user's state):
         # the engine writes the commits it holds back, which the read must see.
         self.before_read: Callable[[], None] = _nothing
+        # The commits held back before this phase (its snapshot is the last one's result):
+        # whoever commits from this draft's checkpoint sends them first.
+        self.held_back: list[Staged] = []
         self._base: tuple[Any, ...] | None = None
 
     def checkpoint(self) -> None:
@@ -105,6 +108,7 @@ class Draft:
         thread can end the turn while this draft's handler is still running)."""
         twin = Draft(self.snap, None)
         twin._base = self._base
+        twin.held_back = self.held_back
         twin.rollback()
         return twin
 

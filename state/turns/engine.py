@@ -157,6 +157,9 @@ class TurnEngine:
 
     def _run_locked(self, delivery: Delivery, held: _Held) -> Snapshot | None:
         for first in (held.first, None):
+            # A second attempt starts over: nothing of the first was applied.
+            held.staged.clear()
+            held.followups = Followups()
             snap, from_cache = self._load(delivery, first)
             if snap is None:
                 held.outcome.status = "unknown-session"
@@ -318,6 +321,7 @@ class TurnEngine:
     ) -> Draft | None:
         draft = Draft(snap, task_id)
         draft.before_read = partial(self._flush, held)
+        draft.held_back = [staged for _, staged in held.staged]
         if phase == Phase.UNDERSTANDING:
             item = self.services.inbox.next_queued(snap.session_id)
             if item is None:

@@ -111,7 +111,7 @@ class TurnInterventions:
         # still that worker's.
         sync, sessions = self.services.sync, self.services.sessions
         holder = sync.current_holder(snap.session_id)
-        result = sessions.commit(snap, draft.change())
+        result = sessions.commit(snap, draft.change(), staged=draft.held_back)
         if holder is not None:
             sync.release_state_lock(snap.session_id, holder)
         sessions.publish(result.snapshot)

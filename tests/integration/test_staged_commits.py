@@ -4,6 +4,9 @@ several, all or nothing when one of them lost the race."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -29,7 +32,7 @@ from state.turns.services import TurnServices
 from tasks import agent as reference
 from tasks.actions import known_actions
 from tests.integration.test_store_write_paths import _rows, _turn
-from tests.integration.test_turn_engine import drain, send
+from tests.integration.test_turn_engine import drain, engine_for, run_phase, send
 from tests.support import uid
 
 POOLERS = [DbPooler.NONE, DbPooler.PGBOUNCER]
@@ -191,3 +194,100 @@ def test_a_quick_handler_reading_the_history_sees_the_commits_held_back(
     send(engine, dispatcher, session_id, "what is 6*7?")
     drain(engine, dispatcher)
     assert reading.seen == [["what is 6*7?"]]
+
+
+@pytest.mark.parametrize("fails", [True, False])
+def test_a_commit_with_ops_takes_the_staged_ones_into_its_transaction(
+    pg_settings: Settings, fails: bool
+) -> None:
+    """A change with extra work goes the portable way; the commits held back before it
+    run in its transaction, so they land with it or, when it fails, not at all."""
+    _backend, store = _store(pg_settings, DbPooler.NONE)
+    session_id = uid("s")
+    snap = store.create(session_id, "fay")
+    staged = store.stage(snap, _change(snap, Phase.PLANNING, "staged"))
+    assert staged is not None
+    with_ops = _change(staged.snapshot, Phase.RETRIEVING, "with ops")
+    with_ops.ops.append(_failing if fails else _nothing)
+    if fails:
+        with pytest.raises(RuntimeError):
+            store.commit(staged.snapshot, with_ops, None, [staged])
+    else:
+        store.commit(staged.snapshot, with_ops, None, [staged])
+    row = store.load_from_database(session_id)
+    assert row is not None
+    assert row.revision == (0 if fails else 2)
+    assert row.doc.get("context_window") == ({} if fails else {"by": "with ops"})
+
+
+def _failing(conn: Any) -> None:
+    raise RuntimeError("an op failed")
+
+
+def _nothing(conn: Any) -> None:
+    pass
+
+
+def _inline_engine(settings: Settings, **handlers: Any) -> TurnEngine:
+    dispatcher = RecordingDispatcher()
+    services = TurnServices.build(Backend.build(settings), dispatcher, known_actions)
+    chosen = {phase: getattr(reference, phase) for phase in WORK_PHASES} | handlers
+    return TurnEngine(services, Agent(SimpleNamespace(**chosen), "staging"))
+
+
+def test_a_stale_cached_copy_under_staging_is_retried_from_the_database(
+    pg_settings: Settings,
+) -> None:
+    settings = pg_settings.model_copy(update={"hop_policy": HopPolicy.INLINE})
+    engine, dispatcher = engine_for(settings)
+    session_id = uid("s")
+    item = engine.services.inbox.accept(session_id, "u-1", "what is 3+3?")
+    snap = engine.services.sessions.load_from_database(session_id)  # caches revision 0
+    assert snap is not None
+    # Another writer commits revision 1 and dies before refreshing the cache: the staged
+    # commits made from the cached copy are refused together, and the retry starts over.
+    engine.services.sessions.commit(
+        snap, SessionChange(phase="idle", status="active", doc=dict(snap.doc))
+    )
+    outcome = run_phase(engine, "understanding", session_id, item.session_revision)
+    assert outcome.status == "applied"
+    assert outcome.phases == ["understanding", "planning", "retrieving"]
+    drain(engine, dispatcher)
+    assert engine.services.sessions.history(session_id)[-1]["content"] == "3+3 = 6"
+
+
+def test_the_watchdog_ends_a_hung_quick_phase_after_staged_ones(pg_settings: Settings) -> None:
+    """understanding's commit is held back when planning (quick) hangs: the watchdog's
+    timeout commit takes it along and ends the turn at the limit, not when the handler
+    returns; the handler's late commit then changes nothing."""
+    settings = pg_settings.model_copy(
+        update={"hop_policy": HopPolicy.INLINE, "phase_time_limit": 0.3}
+    )
+
+    @quick
+    def planning(ctx: PhaseContext) -> PhaseResult:
+        time.sleep(1.5)
+        return reference.planning(ctx)
+
+    engine = _inline_engine(settings, planning=planning)
+    session_id = uid("s")
+    item = engine.services.inbox.accept(session_id, "u-1", "what is 2+2?")
+    runner = threading.Thread(
+        target=lambda: _ignore_stale(
+            lambda: run_phase(engine, "understanding", session_id, item.session_revision)
+        )
+    )
+    runner.start()
+    time.sleep(0.9)  # past the limit, well before the handler returns
+    history = engine.services.sessions.history(session_id)
+    runner.join(10)
+    assert [m["role"] for m in history] == ["user", "assistant"]
+    assert history[-1]["metadata"]["kind"] == "apology"
+    later = engine.services.sessions.load_from_database(session_id)
+    assert later is not None and later.phase == "idle"
+    assert len(engine.services.sessions.history(session_id)) == 2  # nothing more landed
+
+
+def _ignore_stale(run: Any) -> None:
+    with contextlib.suppress(StaleStateError):
+        run()
