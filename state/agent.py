@@ -219,13 +219,16 @@ def quick(handler: H) -> H:
     """Declare that ``handler`` finishes in milliseconds (no I/O that may stall).
 
     Under ``AGENTSTATE_HOP_POLICY=inline`` a quick phase runs in the same worker right
-    after the phase before it (still one durable checkpoint per phase); its lock is not
-    renewed while it runs (unless AGENTSTATE_PHASE_TIME_LIMIT could outlast it), so it
-    must really be quick. Like any handler but executing's, it is held to
-    AGENTSTATE_PHASE_TIME_LIMIT.
+    after the phase before it (still one checkpoint per phase; on Postgres the commits of
+    consecutive quick phases are sent together, so a quick handler must have no side
+    effects); its lock is not renewed while it runs (unless AGENTSTATE_PHASE_TIME_LIMIT
+    could outlast it), so it must really be quick. Like any handler but executing's, it
+    is held to AGENTSTATE_PHASE_TIME_LIMIT. On a workflow action (under ``@action``) it
+    means the step is read, not claimed, and commits once; under the inline policy a
+    quick step runs a quick step it released in the same delivery.
 
     Args:
-        handler: a phase handler.
+        handler: a phase handler or a workflow action.
 
     Returns:
         The same handler, marked.
