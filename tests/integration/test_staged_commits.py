@@ -32,7 +32,7 @@ from state.turns.services import TurnServices
 from tasks import agent as reference
 from tasks.actions import known_actions
 from tests.integration.test_store_write_paths import _rows, _turn
-from tests.integration.test_turn_engine import drain, engine_for, run_phase, send
+from tests.integration.test_turn_engine import drain, run_phase, send
 from tests.support import uid
 
 POOLERS = [DbPooler.NONE, DbPooler.PGBOUNCER]
@@ -234,27 +234,6 @@ def _inline_engine(settings: Settings, **handlers: Any) -> TurnEngine:
     services = TurnServices.build(Backend.build(settings), dispatcher, known_actions)
     chosen = {phase: getattr(reference, phase) for phase in WORK_PHASES} | handlers
     return TurnEngine(services, Agent(SimpleNamespace(**chosen), "staging"))
-
-
-def test_a_stale_cached_copy_under_staging_is_retried_from_the_database(
-    pg_settings: Settings,
-) -> None:
-    settings = pg_settings.model_copy(update={"hop_policy": HopPolicy.INLINE})
-    engine, dispatcher = engine_for(settings)
-    session_id = uid("s")
-    item = engine.services.inbox.accept(session_id, "u-1", "what is 3+3?")
-    snap = engine.services.sessions.load_from_database(session_id)  # caches revision 0
-    assert snap is not None
-    # Another writer commits revision 1 and dies before refreshing the cache: the staged
-    # commits made from the cached copy are refused together, and the retry starts over.
-    engine.services.sessions.commit(
-        snap, SessionChange(phase="idle", status="active", doc=dict(snap.doc))
-    )
-    outcome = run_phase(engine, "understanding", session_id, item.session_revision)
-    assert outcome.status == "applied"
-    assert outcome.phases == ["understanding", "planning", "retrieving"]
-    drain(engine, dispatcher)
-    assert engine.services.sessions.history(session_id)[-1]["content"] == "3+3 = 6"
 
 
 def test_the_watchdog_ends_a_hung_quick_phase_after_staged_ones(pg_settings: Settings) -> None:

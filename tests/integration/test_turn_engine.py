@@ -110,8 +110,13 @@ def test_a_message_arriving_mid_turn_needs_no_kick_and_is_answered(settings: Set
     assert contents == ["what is 1+1?", "1+1 = 2", "what is 2+2?", "2+2 = 4"]
 
 
-def test_a_stale_cached_copy_is_caught_and_the_database_used(settings: Settings) -> None:
-    engine, dispatcher = engine_for(settings)
+@pytest.mark.parametrize("policy", [HopPolicy.EVERY_PHASE, HopPolicy.INLINE])
+def test_a_stale_cached_copy_is_caught_and_the_database_used(
+    settings: Settings, policy: HopPolicy
+) -> None:
+    """(Inline, on Postgres: the commits staged from the cached copy are refused together,
+    and the retry from the database starts over without them.)"""
+    engine, dispatcher = engine_for(settings.model_copy(update={"hop_policy": policy}))
     session_id = uid("s")
     item = engine.services.inbox.accept(session_id, "u-1", "what is 3+3?")
     snap = engine.services.sessions.load_from_database(session_id)  # caches revision 0
@@ -122,6 +127,8 @@ def test_a_stale_cached_copy_is_caught_and_the_database_used(settings: Settings)
     )
     outcome = run_phase(engine, "understanding", session_id, item.session_revision)
     assert outcome.status == "applied"
+    ran = ["understanding", "planning", "retrieving"] if policy == HopPolicy.INLINE else None
+    assert outcome.phases == (ran or ["understanding"])
     drain(engine, dispatcher)
     assert engine.services.sessions.history(session_id)[-1]["content"] == "3+3 = 6"
 
