@@ -190,8 +190,9 @@ class WorkflowEngine:
 
     def _continue(self, completion: Completion, task_id: str | None) -> None:
         """Follow ``completion``; under the inline policy, run one step it released here
-        instead of sending it, if that step is quick, and so on down the chain (each
-        step still its own commit; the others released are sent, to run in parallel).
+        instead of sending it, the first of them that is quick, and so on down the chain
+        (each step still its own commit; the others released are sent, to run in
+        parallel).
 
         A chain ends after CONTINUE_STEPS steps or CONTINUE_FOR_S seconds, so that one
         delivery holds its worker briefly. A chain cut short by a lost worker is picked
@@ -199,15 +200,31 @@ class WorkflowEngine:
         dependents of every step committed under this task id."""
         continue_until = time.monotonic() + CONTINUE_FOR_S
         for _ in range(CONTINUE_STEPS):
-            if not self._inline or not completion.ready or time.monotonic() > continue_until:
+            if not self._inline or time.monotonic() > continue_until:
                 break
-            (step_id, revision), *others = completion.ready
+            index = self._next_in_chain(completion)
+            if index is None:
+                break
+            step_id, revision = completion.ready[index]
+            others = completion.ready[:index] + completion.ready[index + 1 :]
             self.follow(replace(completion, ready=others))
             outcome = self._continue_into(completion.workflow_id, step_id, revision, task_id)
             if not isinstance(outcome, Completion):
                 return
             completion = outcome
         self.follow(completion)
+
+    def _next_in_chain(self, completion: Completion) -> int | None:
+        """Which released step to run here: the first whose action is quick, where the
+        store said which actions the released steps run; else the first (its read
+        decides). None if no step was released or none of them is quick."""
+        if not completion.actions:
+            return 0 if completion.ready else None
+        for index, (step_id, _) in enumerate(completion.ready):
+            fn = self.actions(completion.actions.get(step_id, ""))
+            if fn is not None and is_quick(fn):
+                return index
+        return None
 
     def _continue_into(
         self, workflow_id: str, step_id: str, revision: int, task_id: str | None

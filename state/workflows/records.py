@@ -5,7 +5,7 @@ Split out of state.workflows.store (which re-exports them) to keep that module a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from state.clock import iso
@@ -66,6 +66,8 @@ class Completion:
     workflow_id: str
     ready: list[Dispatch]
     finished: Finished | None
+    # The action of each ready step, by step id, where the store read it with them.
+    actions: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

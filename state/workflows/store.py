@@ -159,9 +159,11 @@ class WorkflowStore(WorkflowReads):
             dependents = self._finish_step(
                 conn, claimed, WorkflowStepStatus.SUCCESS, outputs=outputs, guard=guard
             )
-            ready = self._release_dependents(conn, claimed.workflow_id, dependents)
+            released = self._release_dependents(conn, claimed.workflow_id, dependents)
             finished = self._count_down(conn, claimed.workflow_id, done=1, failed=0)
-        return Completion(claimed.workflow_id, ready, finished)
+        ready = [(step_id, revision) for step_id, revision, _ in released]
+        actions = {step_id: action for step_id, _, action in released}
+        return Completion(claimed.workflow_id, ready, finished, actions)
 
     def retry(self, claimed: ClaimedStep, error: str) -> int:
         """running -> retrying (retry_count + 1); return the revision to dispatch at."""
@@ -300,16 +302,24 @@ class WorkflowStore(WorkflowReads):
 
     def _release_dependents(
         self, conn: Connection, workflow_id: str, dependents: list[str]
-    ) -> list[Dispatch]:
+    ) -> list[tuple[str, int, str]]:
+        """Count ``dependents`` down; the (step id, revision, action) of those now ready."""
         if not dependents:
             return []
         rows = conn.execute(
             update(steps)
             .where(steps.c.workflow_id == workflow_id, steps.c.step_id.in_(dependents))
             .values(remaining_deps=steps.c.remaining_deps - 1, updated_at=utcnow())
-            .returning(steps.c.step_id, steps.c.remaining_deps, steps.c.status, steps.c.revision)
+            .returning(
+                steps.c.step_id,
+                steps.c.remaining_deps,
+                steps.c.status,
+                steps.c.revision,
+                steps.c.action,
+            )
         )
-        return [(r[0], int(r[3])) for r in rows if r[1] == 0 and r[2] == WorkflowStepStatus.PENDING]
+        pending = WorkflowStepStatus.PENDING
+        return [(r[0], int(r[3]), r[4]) for r in rows if r[1] == 0 and r[2] == pending]
 
     def _skip_downstream(self, conn: Connection, workflow_id: str, roots: list[str]) -> int:
         downstream = self._downstream(conn, workflow_id, roots)

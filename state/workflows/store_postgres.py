@@ -77,7 +77,7 @@ WITH s AS (
   UPDATE workflow_steps SET remaining_deps = remaining_deps - 1, updated_at = %(now)s
   WHERE workflow_id = %(workflow_id)s AND step_id = ANY(%(dependents)s)
     AND EXISTS (SELECT 1 FROM s)
-  RETURNING step_id, remaining_deps, status, revision
+  RETURNING step_id, remaining_deps, status, revision, action
 ), w AS (
   UPDATE workflows SET remaining_steps = remaining_steps - 1, updated_at = %(now)s,
       status = CASE WHEN remaining_steps = 1
@@ -97,7 +97,7 @@ WITH s AS (
   FROM se
 )
 SELECT (SELECT count(*) FROM s),
-  (SELECT coalesce(json_agg(json_build_array(step_id, revision)), '[]'::json)::text
+  (SELECT coalesce(json_agg(json_build_array(step_id, revision, action)), '[]'::json)::text
      FROM d WHERE remaining_deps = 0 AND status = 'pending'),
   (SELECT row_to_json(w)::text FROM w)"""
 SUCCEED = _SUCCEED_SQL.format(guard="= 'running'", started="")
@@ -175,10 +175,12 @@ class PostgresWorkflowStore(WorkflowStore):
         with self.autocommit.connect() as conn:
             applied, ready, workflow = tuple(self.statements.execute(conn, statement, params).one())
         require_one(int(applied), claimed)
+        released = codec.loads(ready)
         return Completion(
             claimed.workflow_id,
-            [(sid, int(rev)) for sid, rev in codec.loads(ready)],
+            [(sid, int(rev)) for sid, rev, _ in released],
             _finished(claimed.workflow_id, codec.loads(workflow) if workflow else None),
+            {sid: action for sid, _, action in released},
         )
 
 

@@ -137,6 +137,31 @@ def test_a_step_that_is_not_quick_is_sent_not_continued(settings: Settings) -> N
     assert rows["s1"] == ("success", "t-2") and rows["s2"][0] == "pending"
 
 
+@pytest.mark.parametrize("slow", ["b", "c"])
+def test_the_quick_one_of_the_released_steps_continues_whatever_their_order(
+    settings: Settings, slow: str
+) -> None:
+    # One of the two steps released together is not quick: the quick one runs here
+    # (whichever comes first in what the commit returned), the other is sent.
+    engine, dispatcher = _engine(settings, HopPolicy.INLINE)
+    fast = "c" if slow == "b" else "b"
+    action = {slow: "claimed_add_one", fast: "add_one"}
+    spec = {
+        "steps": [
+            {"step_id": "a", "action": "add_one"},
+            {"step_id": "b", "action": action["b"], "dependencies": ["a"]},
+            {"step_id": "c", "action": action["c"], "dependencies": ["a"]},
+        ]
+    }
+    workflow_id = engine.start(engine.validate(spec, ACTIONS))
+    dispatcher.sent.clear()
+    assert engine.run_step(workflow_id, "a", 0, "t-a") == "success"
+    rows = _rows(settings, workflow_id)
+    assert rows[fast] == ("success", "t-a")
+    assert rows[slow] == ("pending", None)
+    assert _steps_sent(dispatcher) == [slow]
+
+
 def test_a_failing_continued_step_is_counted_like_any_attempt(settings: Settings) -> None:
     engine, dispatcher = _engine(settings, HopPolicy.INLINE)
     workflow_id = _chain(
