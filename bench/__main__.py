@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import deploy, eventlog, harness, suite
+from bench import anatomy, deploy, eventlog, harness, suite
 from bench.rows import Row
 
 ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
@@ -28,6 +28,8 @@ ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
     "events": suite.events,
     "carry": suite.carry,
     "lock": suite.lock,
+    # Where a turn's CPU goes, by process (bench/anatomy.py).
+    "cpu": anatomy.cpu,
     # Deployment choices (bench/deploy.py): RabbitMQ, PgBouncer.
     "brokers": deploy.brokers,
     "pooling": deploy.pooling,

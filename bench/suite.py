@@ -35,15 +35,20 @@ def sized(full: int, scale: float, least: int) -> int:
     return max(least, int(full * scale))
 
 
-def _turns(scale: float) -> tuple[int, int]:
+def turns_of(scale: float) -> tuple[int, int]:
     """Sessions and messages per session of a throughput measurement (50 x 6 in full)."""
     return sized(50, scale, 8), sized(6, scale, 2)
 
 
+def rounds_of(scale: float) -> int:
+    """Rounds of a throughput measurement (3 in full): the best (or median) is reported."""
+    return sized(3, scale, 1)
+
+
 def throughput(table: Table, notes: list[str], scale: float, args: Any) -> None:
     """Turns/s: every_phase vs the floor; inline vs LangGraph (two shapes) and DBOS."""
-    sessions, per = _turns(scale)
-    rounds = sized(3, scale, 1)
+    sessions, per = turns_of(scale)
+    rounds = rounds_of(scale)
     best: dict[str, float] = {}
     for _ in range(rounds):
         measured = _throughput_round(sessions, per)
@@ -291,7 +296,7 @@ def carry(table: Table, notes: list[str], scale: float, args: Any) -> None:
     lock, no cache read) vs without (AGENTSTATE_CARRY_SNAPSHOT=false), each against
     the floor measured on the same workers: turns/s (best of the rounds), then an idle
     turn's p50 with the two worker groups up at once and their probes taking turns."""
-    sessions, per = _turns(scale)
+    sessions, per = turns_of(scale)
     modes = {
         "carried": harness.bench_settings(action_modules=FLOOR),
         "not carried": harness.bench_settings(action_modules=FLOOR, carry_snapshot=False),

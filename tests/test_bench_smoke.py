@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench import harness
+from bench import anatomy, harness
 from bench.__main__ import ROWS, render
 from bench.rows import Row
 from tests.support import BROKER_URL, REDIS_URL, TEST_DB
@@ -121,3 +121,18 @@ def test_the_carry_row_runs(bench_target: None) -> None:
         "turn latency p50 every_phase [not carried]",
         "turn in-process: phases, carried vs not",
     ]
+
+
+def test_the_cpu_row_counts_each_role(bench_target: None) -> None:
+    table, notes = run("cpu")
+    finite(table)
+    by_name = {row.name: row for row in table}
+    for name in ("every_phase", "inline"):
+        # Each part of the pipeline was found and charged: a role whose processes were
+        # not recognised would read zero.
+        for role in ("children", "worker main", "Postgres", "client"):
+            assert by_name[f"CPU per turn {name} [{role}]"].ours > 0, (name, role)
+        parts = sum(by_name[f"CPU per turn {name} [{r}]"].ours for r in anatomy.ROLES)
+        assert by_name[f"CPU per turn {name}"].ours == pytest.approx(parts)
+        assert by_name[f"context switches per turn {name}"].ours > 0
+    assert any(note.startswith("cpu:") for note in notes)
