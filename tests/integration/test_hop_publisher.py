@@ -1,0 +1,193 @@
+"""The hop publisher (``tasks.publisher``) puts on the broker what ``send_task`` would,
+from inside a worker task, and steps aside everywhere else."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery, signals
+from celery._state import _task_stack
+
+from tasks import phases, workflow
+from tasks.app import make_app
+from tasks.dispatch import CeleryDispatcher
+from tasks.guard import TaskSignature, check_message
+from tests.support import BROKER_URL, make_settings, uid
+
+PLANNING = "agentstate.phase.planning"
+STEP = "agentstate.workflow.step"
+REGISTERED = (phases, workflow)  # imported for their tasks
+# Set per message: compared for shape, not value.
+PER_MESSAGE = {"id", "correlation_id", "delivery_tag"}
+
+
+@pytest.fixture
+def app(redis_url: str) -> Iterator[Celery]:
+    """An app on the test broker whose default queue is this test's own."""
+    celery = make_app(make_settings("sqlite://", queue=uid("q")))
+    yield celery
+    celery.close()
+
+
+@pytest.fixture
+def broker() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(BROKER_URL)
+    yield client
+    client.close()
+
+
+@contextmanager
+def inside_a_task(
+    app: Celery, task_id: str = "parent-1", root_id: str = "root-1"
+) -> Iterator[None]:
+    """What a worker's pool child has while it runs a task: the task and its request on
+    Celery's task stack."""
+    task = app.tasks[PLANNING]
+    task.push_request(id=task_id, root_id=root_id, called_directly=False)
+    _task_stack.push(task)
+    try:
+        yield
+    finally:
+        _task_stack.pop()
+        task.pop_request()
+
+
+def _queued(broker: redis.Redis, queue: str) -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in reversed(broker.lrange(queue, 0, -1))]
+
+
+def _without_per_message(envelope: dict[str, Any]) -> dict[str, Any]:
+    def strip(part: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in part.items() if k not in PER_MESSAGE}
+
+    return {
+        **strip(envelope),
+        "headers": strip(envelope["headers"]),
+        "properties": strip(envelope["properties"]),
+    }
+
+
+def test_a_hop_is_the_message_send_task_would_send(app: Celery, broker: redis.Redis) -> None:
+    queue = app.conf.task_default_queue
+    dispatcher = CeleryDispatcher(app)
+    args = ["s-1", 4]
+    with inside_a_task(app):
+        assert dispatcher.hops.publish(PLANNING, args, repr(args))
+        app.send_task(PLANNING, args=args, argsrepr=repr(args), kwargsrepr="{}")
+    ours, celerys = _queued(broker, queue)
+    assert _without_per_message(ours) == _without_per_message(celerys)
+    assert ours["headers"]["parent_id"] == "parent-1" and ours["headers"]["root_id"] == "root-1"
+    assert ours["headers"]["id"] == ours["properties"]["correlation_id"] != celerys["headers"]["id"]
+    broker.delete(queue)
+
+
+def test_a_hop_passes_the_message_guard_and_reaches_the_task(
+    app: Celery, broker: redis.Redis
+) -> None:
+    from kombu import Connection
+
+    queue = app.conf.task_default_queue
+    with inside_a_task(app):
+        CeleryDispatcher(app).step("wf-1", "a", 3)
+    with Connection(BROKER_URL) as conn:
+        waiting = conn.SimpleQueue(queue)
+        message = waiting.get(timeout=5)
+        message.ack()
+        waiting.close()
+    task = app.tasks[STEP]
+    assert message.payload[0] == ["wf-1", "a", 3]
+    check_message(
+        TaskSignature.of(task.name, task.run),
+        message.headers,
+        message.payload,
+        named_in_headers=True,
+    )
+
+
+def test_outside_a_task_the_message_goes_through_send_task(
+    app: Celery, broker: redis.Redis
+) -> None:
+    dispatcher = CeleryDispatcher(app)
+    assert not dispatcher.hops.publish(PLANNING, ["s-1", 1], "")
+    dispatcher.phase("planning", "s-1", 1)  # a client's send: Celery's path
+    (sent,) = _queued(broker, app.conf.task_default_queue)
+    assert sent["headers"]["parent_id"] is None and sent["headers"]["task"] == PLANNING
+    broker.delete(app.conf.task_default_queue)
+
+
+def test_a_publish_signal_receiver_gets_every_hop(app: Celery, broker: redis.Redis) -> None:
+    seen: list[str] = []
+
+    def watch(sender: str | None = None, **_: Any) -> None:
+        seen.append(str(sender))
+
+    signals.before_task_publish.connect(watch, weak=False)
+    try:
+        with inside_a_task(app):
+            dispatcher = CeleryDispatcher(app)
+            assert not dispatcher.hops.publish(PLANNING, ["s-1", 2], "")
+            dispatcher.phase("planning", "s-1", 2)
+    finally:
+        signals.before_task_publish.disconnect(watch)
+    assert seen == [PLANNING]
+    assert len(_queued(broker, app.conf.task_default_queue)) == 1
+    broker.delete(app.conf.task_default_queue)
+
+
+def test_rabbitmq_and_task_routes_keep_celerys_path(redis_url: str) -> None:
+    rabbit = make_app(make_settings("sqlite://", broker_url="amqp://guest:guest@127.0.0.1//"))
+    routed = make_app(make_settings("sqlite://", queue=uid("q")))
+    routed.conf.task_routes = {PLANNING: {"queue": "elsewhere"}}
+    for app in (rabbit, routed):
+        with inside_a_task(app):
+            # Decided without a broker round trip: nothing is sent either way.
+            assert not CeleryDispatcher(app).hops.publish(PLANNING, ["s-1", 3], "")
+        app.close()
+
+
+def test_a_killed_connection_loses_no_hop_and_doubles_none(
+    app: Celery, broker: redis.Redis
+) -> None:
+    queue = app.conf.task_default_queue
+    dispatcher = CeleryDispatcher(app)
+    with inside_a_task(app):
+        dispatcher.phase("planning", "s-1", 1)
+        channel = dispatcher.hops._local.channel
+        killed = broker.client_kill_filter(_id=channel.client.client_id())
+        assert killed == 1
+        dispatcher.phase("planning", "s-1", 2)
+        dispatcher.phase("planning", "s-1", 3)
+    revisions = [json.loads(_body(m))[0][1] for m in _queued(broker, queue)]
+    assert revisions == [1, 2, 3]
+    broker.delete(queue)
+
+
+def test_a_forked_child_publishes_on_a_connection_of_its_own(
+    app: Celery, broker: redis.Redis
+) -> None:
+    queue = app.conf.task_default_queue
+    dispatcher = CeleryDispatcher(app)
+    with inside_a_task(app):
+        dispatcher.phase("planning", "parent", 1)  # the parent's channel is open
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            ok = dispatcher.hops.publish(PLANNING, ["child", 1], "")
+            os._exit(0 if ok and dispatcher.hops._local.pid == os.getpid() else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        dispatcher.phase("planning", "parent", 2)  # the parent's socket still works
+    sessions = [json.loads(_body(m))[0] for m in _queued(broker, queue)]
+    assert sessions == [["parent", 1], ["child", 1], ["parent", 2]]
+    broker.delete(queue)
+
+
+def _body(envelope: dict[str, Any]) -> str:
+    import base64
+
+    return base64.b64decode(envelope["body"]).decode()
