@@ -70,8 +70,24 @@ def test_flower_sees_the_workers_and_every_phase_task_of_a_turn(
         seen = {t["name"] for t in tasks.values() if session_id in str(t.get("args"))}
         time.sleep(0.3)
     assert expected <= seen, f"Flower saw {sorted(seen)}"
+    _assert_one_chain(tasks, session_id)
     names = set(_get(f"{flower}/api/workers?refresh=1"))
     assert set(workers.alive()) <= names
+
+
+def _assert_one_chain(tasks: dict[str, Any], session_id: str) -> None:
+    """Each phase task was sent by the one before it (its parent), all under the turn's
+    first task (their root): how Flower links a turn's tasks, whichever path sent them."""
+    turn = [t for t in tasks.values() if session_id in str(t.get("args"))]
+    by_id = {t["uuid"]: t for t in turn}
+    order = ["understanding", "planning", "retrieving", "executing", "evaluating", "generating"]
+    by_name = {t["name"].rsplit(".", 1)[1]: t for t in turn if t.get("parent_id") in by_id}
+    assert sorted(by_name) == sorted(order[1:]), f"sent by a phase: {sorted(by_name)}"
+    for before, phase in zip(order[1:], order[2:], strict=False):
+        assert by_name[phase]["parent_id"] == by_name[before]["uuid"]
+    first = by_id[by_name["planning"]["parent_id"]]
+    assert first["name"] == "agentstate.phase.understanding"
+    assert {t["root_id"] for t in by_name.values()} == {first["root_id"] or first["uuid"]}
 
 
 def test_flower_api_requires_the_basic_auth_credentials(flower: str) -> None:
