@@ -8,7 +8,7 @@ from amqp.exceptions import ChannelError
 from celery import Celery
 
 from config.brokers import Broker
-from tasks.publisher import HopPublisher
+from tasks.publisher import DirectPublisher
 
 PHASE_TASK = "agentstate.phase.{}"
 TIMEOUT_TASK = "agentstate.session.timeout"
@@ -23,7 +23,7 @@ class CeleryDispatcher:
         # Countdowns are rounded to what the broker can delay by (whole seconds on
         # RabbitMQ quorum queues); None: sent as asked.
         self.broker = broker
-        self.hops = HopPublisher(app)
+        self.direct = DirectPublisher(app)
 
     def phase(
         self, phase: str, session_id: str, revision: int | None, carried: str | None = None
@@ -53,7 +53,7 @@ class CeleryDispatcher:
         # cost, which every hop pays.
         argsrepr = repr(args) if shown is None else shown
         options = {key: value for key, value in options.items() if value is not None}
-        if not options and self.hops.publish(name, args, argsrepr):
+        if not options and self.direct.publish(name, args, argsrepr):
             return
         self.app.send_task(name, args=args, argsrepr=argsrepr, kwargsrepr="{}", **options)
 

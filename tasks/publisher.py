@@ -1,24 +1,30 @@
-"""The hop publisher: a task's next message (a phase, a workflow step) sent on a channel
-the worker keeps, instead of through ``Celery.send_task``.
+"""The direct publisher: agentstate's own messages (the next phase, a workflow step, a
+client's kick) handed to a kombu channel the process keeps, instead of going through
+``Celery.send_task``.
 
 On the Redis brokers, ``send_task`` costs about three times the broker's own work: it
 looks the task up, routes it, checks out a pooled producer, wraps the publish in
 kombu's retry machinery and builds a result object nobody reads. A phase pays that on
 every hop. This publisher builds the same message (Celery's protocol 2, by Celery's own
-``as_task_v2``, with the parent and root ids Flower shows) and hands it to the kombu
-channel directly: the bytes on the queue are what ``send_task`` would put there.
+``as_task_v2``, with the parent and root ids Flower shows) and publishes it on the
+channel directly: what lands on the queue is what ``send_task`` would put there, but
+for the per-message ids.
 
 It steps aside, and ``send_task`` sends the message, whenever the short path would
 change what a user sees:
 
-- outside a worker task (a client's send; the hop chain starts inside one);
 - when the broker is not Redis (RabbitMQ's publisher confirms stay with kombu);
-- when ``task_routes`` is set (a router may look at anything) or a
-  ``before_task_publish``/``after_task_publish`` receiver is connected (tracing and
-  monitoring hook in there);
+- when ``task_routes`` is set or the task has routing options of its own (a router may
+  look at anything), or a ``before_task_publish``/``after_task_publish`` receiver is
+  connected (tracing and monitoring hook in there);
+- for a delayed message (a countdown: Celery computes its ETA);
 - when the publish fails: the channel is dropped and ``send_task`` retries the message
-  with its own policy (a message that reached Redis before the failure may arrive
-  twice; a duplicate delivery is dropped by the revision it carries).
+  with its own policy. A message that reached Redis before the failure may then arrive
+  twice, as with any at-least-once send: a repeated delivery is dropped by the revision
+  it carries.
+
+Each thread has a channel of its own (a kombu channel is not thread-safe), opened on its
+first send and again after a fork (the parent's socket is never used in the child).
 """
 
 from __future__ import annotations
@@ -43,8 +49,8 @@ _ROUTING_OPTIONS = ("queue", "exchange", "routing_key", "priority", "expires")
 _WATCHED = (signals.before_task_publish, signals.after_task_publish)
 
 
-class HopPublisher:
-    """Sends a worker task's next message on a channel of this thread's own."""
+class DirectPublisher:
+    """Sends agentstate messages on a channel of this thread's own (module docstring)."""
 
     def __init__(self, app: Celery) -> None:
         self.app = app
@@ -58,41 +64,41 @@ class HopPublisher:
     def publish(self, name: str, args: list[Any], argsrepr: str) -> bool:
         """Send task ``name`` with ``args``; False if it must go through ``send_task``
         instead (see the module docstring), having sent nothing."""
-        parent = self.app.current_worker_task
-        if parent is None or any(signal.receivers for signal in _WATCHED):
+        if any(signal.receivers for signal in _WATCHED):
             return False
         channel = self._channel()
         limits = self._limits(name)
         if channel is None or self._route is None or limits is None:
             return False
         try:
-            message = self._message(channel, limits, parent.request, name, args, argsrepr)
+            message = self._message(channel, limits, name, args, argsrepr)
             # Straight to the queue, as Celery's send does for a direct exchange.
             channel.basic_publish(message, exchange="", routing_key=self._route[0])
         except Exception as exc:  # the broker went away: send_task reconnects and retries
-            logger.debug("hop publish of %s failed, handing it to send_task: %r", name, exc)
+            logger.debug("direct publish of %s failed, handing it to send_task: %r", name, exc)
             self._drop()
             return False
         return True
 
-    def _message(  # noqa: PLR0917 - one call site, each argument a part of the message
+    def _message(
         self,
         channel: Any,
         limits: tuple[float | None, float | None],
-        request: Any,
         name: str,
         args: list[Any],
         argsrepr: str,
     ) -> Any:
         assert self._route is not None
+        parent = self.app.current_worker_task  # None in a client: the message is a root
+        request = parent.request if parent is not None else None
         headers, properties, body, _ = self.app.amqp.as_task_v2(
             uuid(),
             name,
             args,
             {},
             reply_to=self.app.thread_oid,
-            root_id=request.root_id or request.id,
-            parent_id=request.id,
+            root_id=request and (request.root_id or request.id),
+            parent_id=request and request.id,
             origin=self._local.origin,
             ignore_result=None,
             argsrepr=argsrepr,
@@ -150,4 +156,4 @@ class HopPublisher:
             try:
                 connection.release()
             except Exception:  # already broken: nothing left to close cleanly
-                logger.debug("closing a failed hop channel", exc_info=True)
+                logger.debug("closing a failed channel", exc_info=True)

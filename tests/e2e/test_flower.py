@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import time
 import urllib.error
@@ -83,7 +84,7 @@ def _assert_one_chain(tasks: dict[str, Any], session_id: str) -> None:
     order = ["understanding", "planning", "retrieving", "executing", "evaluating", "generating"]
     by_name = {t["name"].rsplit(".", 1)[1]: t for t in turn if t.get("parent_id") in by_id}
     assert sorted(by_name) == sorted(order[1:]), f"sent by a phase: {sorted(by_name)}"
-    for before, phase in zip(order[1:], order[2:], strict=False):
+    for before, phase in itertools.pairwise(order[1:]):
         assert by_name[phase]["parent_id"] == by_name[before]["uuid"]
     first = by_id[by_name["planning"]["parent_id"]]
     assert first["name"] == "agentstate.phase.understanding"

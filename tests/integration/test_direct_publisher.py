@@ -1,10 +1,11 @@
-"""The hop publisher (``tasks.publisher``) puts on the broker what ``send_task`` would,
+"""The direct publisher (``tasks.publisher``) puts on the broker what ``send_task`` would,
 from inside a worker task, and steps aside everywhere else."""
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -73,12 +74,14 @@ def _without_per_message(envelope: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def test_a_hop_is_the_message_send_task_would_send(app: Celery, broker: redis.Redis) -> None:
+def test_a_hop_is_the_message_send_task_would_send_from_a_task(
+    app: Celery, broker: redis.Redis
+) -> None:
     queue = app.conf.task_default_queue
     dispatcher = CeleryDispatcher(app)
     args = ["s-1", 4]
     with inside_a_task(app):
-        assert dispatcher.hops.publish(PLANNING, args, repr(args))
+        assert dispatcher.direct.publish(PLANNING, args, repr(args))
         app.send_task(PLANNING, args=args, argsrepr=repr(args), kwargsrepr="{}")
     ours, celerys = _queued(broker, queue)
     assert _without_per_message(ours) == _without_per_message(celerys)
@@ -110,15 +113,17 @@ def test_a_hop_passes_the_message_guard_and_reaches_the_task(
     )
 
 
-def test_outside_a_task_the_message_goes_through_send_task(
-    app: Celery, broker: redis.Redis
-) -> None:
+def test_a_clients_send_is_a_root_message_like_send_tasks(app: Celery, broker: redis.Redis) -> None:
+    queue = app.conf.task_default_queue
     dispatcher = CeleryDispatcher(app)
-    assert not dispatcher.hops.publish(PLANNING, ["s-1", 1], "")
-    dispatcher.phase("planning", "s-1", 1)  # a client's send: Celery's path
-    (sent,) = _queued(broker, app.conf.task_default_queue)
-    assert sent["headers"]["parent_id"] is None and sent["headers"]["task"] == PLANNING
-    broker.delete(app.conf.task_default_queue)
+    assert dispatcher.direct.publish(PLANNING, ["s-1", 1], "['s-1', 1]")
+    app.send_task(PLANNING, args=["s-1", 1], argsrepr="['s-1', 1]", kwargsrepr="{}")
+    ours, celerys = _queued(broker, queue)
+    for message in (ours, celerys):  # a root message is its own root
+        assert message["headers"].pop("root_id") == message["headers"]["id"]
+    assert _without_per_message(ours) == _without_per_message(celerys)
+    assert ours["headers"]["parent_id"] is None
+    broker.delete(queue)
 
 
 def test_a_publish_signal_receiver_gets_every_hop(app: Celery, broker: redis.Redis) -> None:
@@ -131,7 +136,7 @@ def test_a_publish_signal_receiver_gets_every_hop(app: Celery, broker: redis.Red
     try:
         with inside_a_task(app):
             dispatcher = CeleryDispatcher(app)
-            assert not dispatcher.hops.publish(PLANNING, ["s-1", 2], "")
+            assert not dispatcher.direct.publish(PLANNING, ["s-1", 2], "")
             dispatcher.phase("planning", "s-1", 2)
     finally:
         signals.before_task_publish.disconnect(watch)
@@ -147,7 +152,7 @@ def test_rabbitmq_and_task_routes_keep_celerys_path(redis_url: str) -> None:
     for app in (rabbit, routed):
         with inside_a_task(app):
             # Decided without a broker round trip: nothing is sent either way.
-            assert not CeleryDispatcher(app).hops.publish(PLANNING, ["s-1", 3], "")
+            assert not CeleryDispatcher(app).direct.publish(PLANNING, ["s-1", 3], "")
         app.close()
 
 
@@ -158,7 +163,7 @@ def test_a_killed_connection_loses_no_hop_and_doubles_none(
     dispatcher = CeleryDispatcher(app)
     with inside_a_task(app):
         dispatcher.phase("planning", "s-1", 1)
-        channel = dispatcher.hops._local.channel
+        channel = dispatcher.direct._local.channel
         killed = broker.client_kill_filter(_id=channel.client.client_id())
         assert killed == 1
         dispatcher.phase("planning", "s-1", 2)
@@ -177,8 +182,8 @@ def test_a_forked_child_publishes_on_a_connection_of_its_own(
         dispatcher.phase("planning", "parent", 1)  # the parent's channel is open
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child
-            ok = dispatcher.hops.publish(PLANNING, ["child", 1], "")
-            os._exit(0 if ok and dispatcher.hops._local.pid == os.getpid() else 1)
+            ok = dispatcher.direct.publish(PLANNING, ["child", 1], "")
+            os._exit(0 if ok and dispatcher.direct._local.pid == os.getpid() else 1)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         dispatcher.phase("planning", "parent", 2)  # the parent's socket still works
@@ -191,3 +196,25 @@ def _body(envelope: dict[str, Any]) -> str:
     import base64
 
     return base64.b64decode(envelope["body"]).decode()
+
+
+def test_threads_publish_on_channels_of_their_own(app: Celery, broker: redis.Redis) -> None:
+    queue = app.conf.task_default_queue
+    dispatcher = CeleryDispatcher(app)
+    channels: set[int] = set()
+
+    def send(thread: int) -> None:
+        for revision in range(50):
+            dispatcher.phase("planning", f"s-{thread}", revision)
+        channels.add(id(dispatcher.direct._local.channel))
+
+    threads = [threading.Thread(target=send, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    sent = [json.loads(_body(m))[0] for m in _queued(broker, queue)]
+    assert len(channels) == 4
+    for n in range(4):  # each thread's messages, all there, in its order
+        assert [r for s, r in sent if s == f"s-{n}"] == list(range(50))
+    broker.delete(queue)
