@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 from celery import Celery, signals
@@ -42,6 +43,8 @@ from kombu.utils.uuid import uuid
 
 logger = logging.getLogger(__name__)
 
+# How long a thread leaves the broker to send_task after a failed direct publish.
+RETRY_DIRECT_AFTER_S = 1.0
 _DELIVERY_MODES = {"persistent": 2, "transient": 1}
 # Task options that send its messages elsewhere or change them: such a task takes
 # send_task's path.
@@ -64,21 +67,27 @@ class DirectPublisher:
     def publish(self, name: str, args: list[Any], argsrepr: str) -> bool:
         """Send task ``name`` with ``args``; False if it must go through ``send_task``
         instead (see the module docstring), having sent nothing."""
-        if any(signal.receivers for signal in _WATCHED):
-            return False
-        channel = self._channel()
-        limits = self._limits(name)
-        if channel is None or self._route is None or limits is None:
+        if any(signal.receivers for signal in _WATCHED) or self._resting():
             return False
         try:
+            channel = self._channel()
+            limits = self._limits(name)
+            if channel is None or self._route is None or limits is None:
+                return False
             message = self._message(channel, limits, name, args, argsrepr)
             # Straight to the queue, as Celery's send does for a direct exchange.
             channel.basic_publish(message, exchange="", routing_key=self._route[0])
         except Exception as exc:  # the broker went away: send_task reconnects and retries
             logger.debug("direct publish of %s failed, handing it to send_task: %r", name, exc)
             self._drop()
+            # Until then send_task alone deals with the broker, at its own retry pace: an
+            # outage costs each thread one failed attempt here per interval, not per send.
+            self._local.resume_at = time.monotonic() + RETRY_DIRECT_AFTER_S
             return False
         return True
+
+    def _resting(self) -> bool:
+        return time.monotonic() < getattr(self._local, "resume_at", 0.0)
 
     def _message(
         self,
@@ -134,8 +143,11 @@ class DirectPublisher:
         if not self._decided:
             self._route, self._decided = self._decide(), True
         if local.channel is None and self._route is not None:
-            local.connection = self.app.connection_for_write()
-            local.channel = local.connection.default_channel
+            connection = self.app.connection_for_write()
+            # One attempt (kombu's channel would retry for seconds): a broker that does
+            # not answer sends this message to send_task and its bounded retry policy.
+            connection.ensure_connection(max_retries=0)
+            local.connection, local.channel = connection, connection.default_channel
         return local.channel
 
     def _decide(self) -> tuple[str, int] | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -14,11 +15,14 @@ import pytest
 import redis
 from celery import Celery, signals
 from celery._state import _task_stack
+from kombu.exceptions import OperationalError
 
 from tasks import phases, workflow
 from tasks.app import make_app
 from tasks.dispatch import CeleryDispatcher
 from tasks.guard import TaskSignature, check_message
+from tasks.publisher import RETRY_DIRECT_AFTER_S
+from tests.services import PrivateRedis
 from tests.support import BROKER_URL, make_settings, uid
 
 PLANNING = "agentstate.phase.planning"
@@ -218,3 +222,27 @@ def test_threads_publish_on_channels_of_their_own(app: Celery, broker: redis.Red
     for n in range(4):  # each thread's messages, all there, in its order
         assert [r for s, r in sent if s == f"s-{n}"] == list(range(50))
     broker.delete(queue)
+
+
+def test_a_broker_outage_goes_to_send_task_and_the_short_path_comes_back(
+    private_redis: PrivateRedis,
+) -> None:
+    broker_url = f"{private_redis.url}/0"
+    app = make_app(make_settings("sqlite://", broker_url=broker_url, queue=uid("q")))
+    dispatcher = CeleryDispatcher(app)
+    queue, direct = app.conf.task_default_queue, dispatcher.direct
+    assert direct.publish(PLANNING, ["s-1", 1], "")
+    private_redis.stop()
+    with pytest.raises(OperationalError):  # send_task's own error, after its retries
+        dispatcher.phase("planning", "s-1", 2)
+    assert direct._local.channel is None  # dropped, not reused
+    private_redis.start()
+    assert not direct.publish(PLANNING, ["s-1", 2], "")  # send_task's turn, for a while
+    dispatcher.phase("planning", "s-1", 2)
+    time.sleep(RETRY_DIRECT_AFTER_S)
+    assert direct.publish(PLANNING, ["s-1", 3], "")  # on a new channel
+    client = redis.Redis.from_url(broker_url)
+    revisions = [json.loads(_body(json.loads(m)))[0][1] for m in client.lrange(queue, 0, -1)]
+    assert sorted(revisions) == [2, 3]  # the first went down with the server
+    client.close()
+    app.close()
