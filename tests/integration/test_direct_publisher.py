@@ -41,6 +41,11 @@ def app(redis_url: str) -> Iterator[Celery]:
 
 
 @pytest.fixture
+def dispatcher(app: Celery) -> CeleryDispatcher:
+    return CeleryDispatcher(app)
+
+
+@pytest.fixture
 def broker() -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(BROKER_URL)
     yield client
@@ -161,10 +166,9 @@ def test_rabbitmq_and_task_routes_keep_celerys_path(redis_url: str) -> None:
 
 
 def test_a_killed_connection_loses_no_hop_and_doubles_none(
-    app: Celery, broker: redis.Redis
+    app: Celery, broker: redis.Redis, dispatcher: CeleryDispatcher
 ) -> None:
     queue = app.conf.task_default_queue
-    dispatcher = CeleryDispatcher(app)
     with inside_a_task(app):
         dispatcher.phase("planning", "s-1", 1)
         channel = dispatcher.direct._local.channel
@@ -178,10 +182,9 @@ def test_a_killed_connection_loses_no_hop_and_doubles_none(
 
 
 def test_a_forked_child_publishes_on_a_connection_of_its_own(
-    app: Celery, broker: redis.Redis
+    app: Celery, broker: redis.Redis, dispatcher: CeleryDispatcher
 ) -> None:
     queue = app.conf.task_default_queue
-    dispatcher = CeleryDispatcher(app)
     with inside_a_task(app):
         dispatcher.phase("planning", "parent", 1)  # the parent's channel is open
         pid = os.fork()
