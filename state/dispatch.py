@@ -20,8 +20,18 @@ class Dispatcher(Protocol):
     def timeout(self, session_id: str, deadline: float, delay_s: float) -> None:
         """Check the session's execution deadline after ``delay_s`` seconds."""
 
-    def step(self, workflow_id: str, step_id: str, revision: int, delay_s: float = 0.0) -> None:
-        """Run a workflow step at ``revision`` after ``delay_s`` seconds."""
+    def step(
+        self,
+        workflow_id: str,
+        step_id: str,
+        revision: int,
+        delay_s: float = 0.0,
+        carried: str | None = None,
+    ) -> None:
+        """Run a workflow step at ``revision`` after ``delay_s`` seconds.
+
+        ``carried``: the step as a peek reads it (JSON), which a quick action may run
+        from instead of reading it (its commit checks it)."""
 
     def backlog(self) -> int | None:
         """How many messages wait in the queue (None if the broker cannot tell)."""
@@ -32,7 +42,8 @@ class RecordingDispatcher:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, tuple[object, ...]]] = []
-        # The snapshot each phase dispatch carried, by (phase, session_id, revision).
+        # What each dispatch carried: by (phase, session_id, revision) for a phase's
+        # snapshot, by ("step", "workflow_id/step_id", revision) for a step.
         self.carried: dict[tuple[str, str, int | None], str] = {}
 
     def phase(
@@ -45,8 +56,17 @@ class RecordingDispatcher:
     def timeout(self, session_id: str, deadline: float, delay_s: float) -> None:
         self.sent.append(("timeout", (session_id, deadline, delay_s)))
 
-    def step(self, workflow_id: str, step_id: str, revision: int, delay_s: float = 0.0) -> None:
+    def step(
+        self,
+        workflow_id: str,
+        step_id: str,
+        revision: int,
+        delay_s: float = 0.0,
+        carried: str | None = None,
+    ) -> None:
         self.sent.append(("step", (workflow_id, step_id, revision, delay_s)))
+        if carried is not None:
+            self.carried[("step", f"{workflow_id}/{step_id}", revision)] = carried
 
     def backlog(self) -> int | None:
         return len(self.sent)

@@ -42,10 +42,23 @@ class CeleryDispatcher:
         countdown = self._countdown(delay_s)
         self.app.send_task(TIMEOUT_TASK, args=[session_id, deadline], countdown=countdown)
 
-    def step(self, workflow_id: str, step_id: str, revision: int, delay_s: float = 0.0) -> None:
-        """Enqueue one workflow step delivery."""
+    def step(
+        self,
+        workflow_id: str,
+        step_id: str,
+        revision: int,
+        delay_s: float = 0.0,
+        carried: str | None = None,
+    ) -> None:
+        """Enqueue one workflow step delivery (with the step as a peek reads it, if
+        ``carried``: shown shortened, like a phase's snapshot)."""
         countdown = self._countdown(delay_s) if delay_s > 0 else None
-        self._send(STEP_TASK, [workflow_id, step_id, revision], countdown=countdown)
+        args: list[Any] = [workflow_id, step_id, revision]
+        if carried is None:
+            self._send(STEP_TASK, args, countdown=countdown)
+            return
+        shown = repr([*args, f"<step, {len(carried)} chars>"])
+        self._send(STEP_TASK, [*args, carried], shown, countdown=countdown)
 
     def _send(self, name: str, args: list[Any], shown: str | None = None, **options: Any) -> None:
         # Our arguments are a few ids and numbers (or a snapshot, shown shortened): their

@@ -11,11 +11,23 @@ from tasks.runtime import runtime
 
 
 @app.task(name=STEP_TASK, base=AgentStateTask, bind=True)
-def step(self: AgentStateTask, workflow_id: str, step_id: str, revision: int) -> Any:
-    """Run one step of a workflow at ``revision`` (duplicates are dropped)."""
+def step(
+    self: AgentStateTask,
+    workflow_id: str,
+    step_id: str,
+    revision: int,
+    carried: str | None = None,
+) -> Any:
+    """Run one step of a workflow at ``revision`` (duplicates are dropped); ``carried``:
+    the step as it was released (untrusted: its commit checks it against the row)."""
     status = self.attempt(
         lambda: runtime().workflows.run_step(
-            workflow_id, step_id, revision, self.request.id, self.redelivered
+            workflow_id,
+            step_id,
+            revision,
+            self.request.id,
+            redelivered=self.redelivered,
+            carried=carried,
         ),
         lambda _lost_claim: "stale",
     )

@@ -212,7 +212,11 @@ class StepRow(Base):
     completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
-    __table_args__ = (Index("ix_steps_status_updated", "status", "updated_at"),)
+    __table_args__ = (
+        Index("ix_steps_status_updated", "status", "updated_at"),
+        # Room for a dependent's countdown to be a HOT update (migration 0008).
+        {"postgresql_with": {"fillfactor": 80}},
+    )
 
 
 class QuarantineRow(Base):

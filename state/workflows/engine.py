@@ -27,7 +27,7 @@ from state.events.push import Notifier
 from state.machine import Phase
 from state.ticker import Ticker
 from state.workflow import SpecLimits, WorkflowState, parse_spec
-from state.workflows.records import ClaimedStep, Completion, Leftover
+from state.workflows.records import ClaimedStep, Completion, Leftover, carried_step
 from state.workflows.store import WorkflowStore
 
 logger = logging.getLogger(__name__)
@@ -123,9 +123,15 @@ class WorkflowEngine:
         step_id: str,
         revision: int,
         task_id: str | None = None,
+        *,
         redelivered: bool = False,
+        carried: str | None = None,
     ) -> str:
         """Run one step delivery; return what happened (``duplicate`` if not ours).
+
+        ``carried``: the step as a peek would read it (the message's, untrusted), which
+        a quick action's first delivery runs from without reading; its commit lands only
+        if the row still holds exactly that, else the step is read and run again.
 
         ``redelivered``: the broker delivers it again because its worker was lost. Such a
         delivery is claimed even for a quick action, so that a step that kills its
@@ -133,7 +139,7 @@ class WorkflowEngine:
         after AGENTSTATE_MAX_RECOVERIES) instead of running again on every redelivery.
         """
         if not redelivered:
-            quick = self._run_quick(workflow_id, step_id, revision, task_id)
+            quick = self._run_quick(workflow_id, step_id, revision, task_id, carried)
             if quick is not None:
                 return quick
         lease_s = self.settings.stuck_after
@@ -152,24 +158,40 @@ class WorkflowEngine:
         return self._run_claimed(replace(claimed, task_id=task_id), lease_s)
 
     def _run_quick(
-        self, workflow_id: str, step_id: str, revision: int, task_id: str | None
+        self,
+        workflow_id: str,
+        step_id: str,
+        revision: int,
+        task_id: str | None,
+        carried: str | None = None,
     ) -> str | None:
         """Run a step whose action is quick (``@quick``) without claiming it, then, under
         the inline policy, the quick steps it releases (:meth:`_continue`). None when
         the step is not one of those now: the claim decides."""
-        outcome = self._quick_once(workflow_id, step_id, revision, task_id)
+        outcome = self._quick_once(workflow_id, step_id, revision, task_id, carried)
         if not isinstance(outcome, Completion):
             return outcome
         self._continue(outcome, task_id)
         return "success"
 
     def _quick_once(
-        self, workflow_id: str, step_id: str, revision: int, task_id: str | None
+        self,
+        workflow_id: str,
+        step_id: str,
+        revision: int,
+        task_id: str | None,
+        carried: str | None = None,
     ) -> Completion | str | None:
-        """A read, the action, and the success as the step's one commit, guarded by its
-        revision, so of two deliveries running it at once one commits and the other
-        finds it moved. The completion, not yet followed; what happened if the action
-        failed; None if the step is not quick and ready at ``revision``."""
+        """A read (none if ``carried`` holds), the action, and the success as the step's
+        one commit, guarded by its revision, so of two deliveries running it at once one
+        commits and the other finds it moved. The completion, not yet followed; what
+        happened if the action failed; None if the step is not quick and ready at
+        ``revision``."""
+        if carried is not None and self.store.verifies_carried:
+            step = carried_step(workflow_id, step_id, revision, carried)
+            done = None if step is None else self._run_carried(step, task_id, carried)
+            if done is not None:
+                return done
         peeked = self.store.peek(workflow_id, step_id, revision)
         fn = None if peeked is None else self.actions(peeked.action)
         if peeked is None or fn is None or not is_quick(fn):
@@ -187,6 +209,22 @@ class WorkflowEngine:
             error = f"{type(exc).__name__}: {exc}"
             return self._fail(replace(claimed, task_id=task_id), error, retry=retryable(exc))
         return self.store.succeed_unclaimed(peeked, outputs)
+
+    def _run_carried(
+        self, step: ClaimedStep, task_id: str | None, carried: str
+    ) -> Completion | None:
+        """Run a quick step from what its message carried and commit it bound to the row;
+        None if that did not land (stale or forged: nothing was written) or the action
+        failed on it (the step's read decides, and its failure counts there)."""
+        fn = self.actions(step.action)
+        if fn is None or not is_quick(fn):
+            return None
+        step = replace(step, task_id=task_id)
+        try:
+            return self.store.succeed_carried(step, carried, self._outputs(fn, step))
+        except Exception as exc:  # what was carried may be what failed: read the step
+            logger.debug("step %s/%s: carried run refused: %r", step.workflow_id, step.step_id, exc)
+            return None
 
     def _continue(self, completion: Completion, task_id: str | None) -> None:
         """Follow ``completion``; under the inline policy, run one step it released here
@@ -208,7 +246,10 @@ class WorkflowEngine:
             step_id, revision = completion.ready[index]
             others = completion.ready[:index] + completion.ready[index + 1 :]
             self.follow(replace(completion, ready=others))
-            outcome = self._continue_into(completion.workflow_id, step_id, revision, task_id)
+            carried = completion.carried.get(step_id)
+            outcome = self._continue_into(
+                completion.workflow_id, step_id, revision, task_id, carried
+            )
             if not isinstance(outcome, Completion):
                 return
             completion = outcome
@@ -227,12 +268,17 @@ class WorkflowEngine:
         return None
 
     def _continue_into(
-        self, workflow_id: str, step_id: str, revision: int, task_id: str | None
+        self,
+        workflow_id: str,
+        step_id: str,
+        revision: int,
+        task_id: str | None,
+        carried: str | None,
     ) -> Completion | str | None:
         """Run a released step here; if it is not quick, or this delivery is stopped
         before its commit (a time limit, a lost connection), send it instead."""
         try:
-            outcome = self._quick_once(workflow_id, step_id, revision, task_id)
+            outcome = self._quick_once(workflow_id, step_id, revision, task_id, carried)
         except StaleStateError:
             return None  # another delivery of it committed first and follows it up
         except BaseException:
@@ -340,8 +386,11 @@ class WorkflowEngine:
     def follow(self, completion: Completion) -> None:
         """Dispatch what a completion made ready, and wake a waiting session (and those
         waiting for the workflow, or following the session's events)."""
+        # AGENTSTATE_CARRY_SNAPSHOT=false: messages an older worker's guard accepts.
+        carry = self.settings.carry_snapshot
         for step_id, revision in completion.ready:
-            self.dispatcher.step(completion.workflow_id, step_id, revision)
+            carried = completion.carried.get(step_id) if carry else None
+            self.dispatcher.step(completion.workflow_id, step_id, revision, carried=carried)
         finished = completion.finished
         if finished and self.notifier is not None:
             self.notifier.workflow(finished.workflow_id)

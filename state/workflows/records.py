@@ -11,6 +11,7 @@ from typing import Any
 from state.clock import iso
 from state.documents import codec
 from state.documents.codec import Document
+from state.sessions.snapshot import CARRY_MAX_CHARS
 from state.workflow import WorkflowStatus, WorkflowStepStatus
 
 Dispatch = tuple[str, int]  # (step_id, revision) of a step to run
@@ -68,6 +69,9 @@ class Completion:
     finished: Finished | None
     # The action of each ready step, by step id, where the store read it with them.
     actions: dict[str, str] = field(default_factory=dict)
+    # What each ready quick-runnable step runs from, by step id, as JSON (see
+    # :func:`carried_step`), where the store read it with them: its message carries it.
+    carried: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -151,3 +155,52 @@ def step_document(row: Any) -> Document:
         "started_at": iso(row.started_at),
         "completed_at": iso(row.completed_at),
     }
+
+
+def fits_carried(text: str | None) -> bool:
+    """Whether a step's runnable form is small enough to travel in its message."""
+    return text is not None and len(text) <= CARRY_MAX_CHARS
+
+
+def carried_step(workflow_id: str, step_id: str, revision: int, raw: str) -> ClaimedStep | None:
+    """The step a message carries (what a peek reads, as JSON), or None if it is not one.
+    Every field is type-checked: the message is untrusted, and the step's commit lands
+    only if the row still holds exactly this."""
+    if not fits_carried(raw):
+        return None
+    try:
+        payload = codec.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(payload, dict) or not _carried_step_fits(payload):
+        return None
+    return ClaimedStep(
+        workflow_id=workflow_id,
+        step_id=step_id,
+        revision=revision,
+        action=payload["action"],
+        inputs=payload["inputs"],
+        dependencies=payload["dependencies"],
+        retry_count=payload["retry_count"],
+        max_retries=payload["max_retries"],
+        dep_outputs=payload["dep_outputs"],
+        dependents=payload["dependents"],
+    )
+
+
+def _carried_step_fits(payload: Document) -> bool:
+    names = ("dependencies", "dependents")
+    return (
+        isinstance(payload.get("action"), str)
+        and all(isinstance(payload.get(name), dict) for name in ("inputs", "dep_outputs"))
+        and all(_strings(payload.get(name)) for name in names)
+        and all(_count(payload.get(name)) for name in ("retry_count", "max_retries"))
+    )
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31

@@ -154,6 +154,16 @@ class WorkflowStore(WorkflowReads):
         guard = unclaimed_guard(peeked.workflow_id, peeked.step_id, peeked.revision)
         return self._succeed(peeked, outputs, guard)
 
+    @property
+    def verifies_carried(self) -> bool:
+        """Whether :meth:`succeed_carried` binds what a message carried to the row (the
+        portable store carries nothing: its completions name no carried steps)."""
+        return False
+
+    def succeed_carried(self, step: ClaimedStep, carried: str, outputs: Document) -> Completion:
+        """A quick step's success from what its message carried (where verified)."""
+        raise NotImplementedError("this store does not verify carried steps")
+
     def _succeed(self, claimed: ClaimedStep, outputs: Document, guard: Iterable[Any]) -> Completion:
         with self.engine.begin() as conn:
             dependents = self._finish_step(

@@ -7,7 +7,12 @@
 - succeed: success at revision + 1, dependents' unfinished counts decremented (row locks
   make concurrent siblings count down one after the other), the workflow's counters
   updated, the dependents that reached zero returned, and, when that was the last step
-  of a session's workflow, ``workflow_finished`` appended to the session's event log.
+  of a session's workflow, ``workflow_finished`` appended to the session's event log;
+  each released step a quick action may run comes back with what a peek would read
+  (:data:`CARRY`), for its message to carry;
+- succeed carried: a quick step run from what its message carried, the success bound to
+  the row: it lands only if the step, as peek would read it now, is exactly what was
+  carried (a forged or stale message commits nothing; the step is then read).
 """
 
 from __future__ import annotations
@@ -24,7 +29,13 @@ from state.documents.codec import Document
 from state.storage import prepared
 from state.storage.db import autocommit_engine
 from state.workflows.guards import require_one
-from state.workflows.records import ClaimedStep, Completion, Finished, claimed_from_row
+from state.workflows.records import (
+    ClaimedStep,
+    Completion,
+    Finished,
+    claimed_from_row,
+    fits_carried,
+)
 from state.workflows.store import WorkflowStore
 
 # The step as ClaimedStep needs it, with its dependencies' outputs, from a row ``c``.
@@ -61,6 +72,38 @@ WHERE c.workflow_id = %(workflow_id)s AND c.step_id = %(step_id)s
   AND (c.approval IS NULL OR c.approval = 'approved')"""
 )
 
+
+def _carry_object(row: str, dep_output: str) -> str:
+    """What a quick step runs from (the peek's columns and its dependencies' outputs),
+    as one jsonb object, from step row ``row``; ``dep_output``: a dependency ``e.dep``'s
+    outputs. Only row and expression names are formatted in: values stay parameters."""
+    return f"""jsonb_build_object('action', {row}.action, 'inputs', {row}.inputs,
+    'dependencies', {row}.dependencies, 'dependents', {row}.dependents,
+    'retry_count', {row}.retry_count, 'max_retries', {row}.max_retries,
+    'dep_outputs', (SELECT coalesce(jsonb_object_agg(e.dep, {dep_output}), '{{}}'::jsonb)
+      FROM jsonb_array_elements_text({row}.dependencies) AS e(dep)))"""  # noqa: S608
+
+
+_STORED_OUTPUTS = """(SELECT o.outputs FROM workflow_steps o
+  WHERE o.workflow_id = %(workflow_id)s AND o.step_id = e.dep)"""
+# A released step's message carries it when no timer, timeout or approval needs the claim.
+# The step committing now is not yet visible to the statement's reads: its outputs are
+# the parameter. (A sibling that committed after this statement's snapshot is read as it
+# was: that carried copy is stale, and the released step's bound commit refuses it.)
+_RELEASED_DEP_OUTPUTS = f"""CASE WHEN e.dep = %(step_id)s THEN %(outputs)s::jsonb
+  ELSE {_STORED_OUTPUTS} END"""
+CARRY = f"""CASE WHEN d.not_before_s IS NULL AND d.timeout_s IS NULL
+    AND (d.approval IS NULL OR d.approval = 'approved')
+  THEN ({_carry_object("d", _RELEASED_DEP_OUTPUTS)})::text
+END"""
+_BOUND = f"""
+    AND remaining_deps = 0 AND not_before_s IS NULL AND timeout_s IS NULL
+    AND (approval IS NULL OR approval = 'approved')
+    AND ({_carry_object("workflow_steps", _STORED_OUTPUTS)})::text
+      = (%(carried)s::jsonb)::text"""
+
+# d: a dependent's updated_at (indexed, for the sweep's "ready but forgotten") moves only
+# when it is released; the countdowns before that leave the indexes alone (a HOT update).
 # {guard}: the step's status when its outputs commit: 'running' under a claim;
 # pending or retrying for a quick action's step, which commits once (and so also
 # starts then: {started}).
@@ -71,13 +114,15 @@ WITH s AS (
       {started}
       lease_expires_at = NULL, deadline_at = NULL, error = NULL, last_task_id = %(task_id)s
   WHERE workflow_id = %(workflow_id)s AND step_id = %(step_id)s AND revision = %(revision)s
-    AND status {guard}
+    AND status {guard}{bound}
   RETURNING 1
 ), d AS (
-  UPDATE workflow_steps SET remaining_deps = remaining_deps - 1, updated_at = %(now)s
+  UPDATE workflow_steps SET remaining_deps = remaining_deps - 1,
+      updated_at = CASE WHEN remaining_deps = 1 THEN %(now)s ELSE updated_at END
   WHERE workflow_id = %(workflow_id)s AND step_id = ANY(%(dependents)s)
     AND EXISTS (SELECT 1 FROM s)
-  RETURNING step_id, remaining_deps, status, revision, action
+  RETURNING step_id, remaining_deps, status, revision, action, inputs, dependencies,
+    dependents, retry_count, max_retries, timeout_s, not_before_s, approval
 ), w AS (
   UPDATE workflows SET remaining_steps = remaining_steps - 1, updated_at = %(now)s,
       status = CASE WHEN remaining_steps = 1
@@ -97,18 +142,20 @@ WITH s AS (
   FROM se
 )
 SELECT (SELECT count(*) FROM s),
-  (SELECT coalesce(json_agg(json_build_array(step_id, revision, action)), '[]'::json)::text
+  (SELECT coalesce(json_agg(json_build_array(step_id, revision, action, {carry})),
+       '[]'::json)::text
      FROM d WHERE remaining_deps = 0 AND status = 'pending'),
   (SELECT row_to_json(w)::text FROM w)"""
-SUCCEED = _SUCCEED_SQL.format(guard="= 'running'", started="")
-SUCCEED_UNCLAIMED = _SUCCEED_SQL.format(
-    guard="IN ('pending', 'retrying')", started="started_at = %(now)s,"
-)
+_UNCLAIMED = {"guard": "IN ('pending', 'retrying')", "started": "started_at = %(now)s,"}
+SUCCEED = _SUCCEED_SQL.format(guard="= 'running'", started="", bound="", carry=CARRY)
+SUCCEED_UNCLAIMED = _SUCCEED_SQL.format(**_UNCLAIMED, bound="", carry=CARRY)
+SUCCEED_CARRIED = _SUCCEED_SQL.format(**_UNCLAIMED, bound=_BOUND, carry=CARRY)
 
 _CLAIM = prepared.prepare("agentstate_claim_step", CLAIM)
 _PEEK = prepared.prepare("agentstate_peek_step", PEEK)
 _SUCCEED_CLAIMED = prepared.prepare("agentstate_succeed_step", SUCCEED)
 _SUCCEED_UNCLAIMED = prepared.prepare("agentstate_succeed_unclaimed_step", SUCCEED_UNCLAIMED)
+_SUCCEED_CARRIED = prepared.prepare("agentstate_succeed_carried_step", SUCCEED_CARRIED)
 
 
 class PostgresWorkflowStore(WorkflowStore):
@@ -160,8 +207,23 @@ class PostgresWorkflowStore(WorkflowStore):
         """pending|retrying -> success in one statement, like :meth:`succeed`."""
         return self._succeed_with(_SUCCEED_UNCLAIMED, peeked, outputs)
 
+    @property
+    def verifies_carried(self) -> bool:
+        """The success of a step run from its message binds what it carried to the row."""
+        return True
+
+    def succeed_carried(self, step: ClaimedStep, carried: str, outputs: Document) -> Completion:
+        """pending|retrying -> success for a quick step run from ``carried`` (what its
+        message carried), only if the row still holds exactly that; else StaleStateError
+        and nothing is written."""
+        return self._succeed_with(_SUCCEED_CARRIED, step, outputs, carried)
+
     def _succeed_with(
-        self, statement: prepared.Prepared, claimed: ClaimedStep, outputs: Document
+        self,
+        statement: prepared.Prepared,
+        claimed: ClaimedStep,
+        outputs: Document,
+        carried: str | None = None,
     ) -> Completion:
         params = {
             "dependents": claimed.dependents or [],
@@ -171,6 +233,7 @@ class PostgresWorkflowStore(WorkflowStore):
             "now": utcnow(),
             "outputs": codec.dumps(outputs),
             "task_id": claimed.task_id,
+            "carried": carried,
         }
         with self.autocommit.connect() as conn:
             applied, ready, workflow = tuple(self.statements.execute(conn, statement, params).one())
@@ -178,9 +241,10 @@ class PostgresWorkflowStore(WorkflowStore):
         released = codec.loads(ready)
         return Completion(
             claimed.workflow_id,
-            [(sid, int(rev)) for sid, rev, _ in released],
+            [(sid, int(rev)) for sid, rev, _, _ in released],
             _finished(claimed.workflow_id, codec.loads(workflow) if workflow else None),
-            {sid: action for sid, _, action in released},
+            {sid: action for sid, _, action, _ in released},
+            {sid: text for sid, _, _, text in released if fits_carried(text)},
         )
 
 

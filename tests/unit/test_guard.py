@@ -88,6 +88,8 @@ def test_a_misshapen_part_is_refused(body: object, reason: str) -> None:
         (STEP, ["wf-1", "a", 1.5], {}, "argument revision must be int; got float 1.5"),
         (STEP, ["wf-1", "a b", 1], {}, "argument step_id: invalid step id 'a b'"),
         (STEP, ["wf/1", "a", 1], {}, "argument workflow_id: invalid workflow id"),
+        (STEP, ["wf-1", "a", 1, ["x"]], {}, "argument carried must be str or null; got list"),
+        (STEP, ["wf-1", "a", 1, "x" * (CARRY_MAX_CHARS + 1)], {}, "argument carried is 32769"),
         (STEP, ["wf-1", "a"], {}, "missing a required argument: 'revision'"),
         (TIMEOUT, ["s-1", "soon"], {}, "argument deadline must be float; got str 'soon'"),
         (TIMEOUT, ["s-1", math.nan], {}, "argument deadline must be float; got float nan"),
@@ -114,6 +116,7 @@ def test_arguments_that_do_not_fit_the_task_are_refused(
         (PLANNING, [], {"session_id": "s-1", "revision": 3}),
         ("agentstate.phase.understanding", ["s.1:a-b_c", 0], {}),
         (STEP, ["wf-1", "a", 2], {}),
+        (STEP, ["wf-1", "a", 2, "x" * CARRY_MAX_CHARS], {}),
         (TIMEOUT, ["s-1", 1_767_000_000.25], {}),
         (TIMEOUT, ["s-1", 1_767_000_000], {}),  # a whole deadline is still a float
         ("agentstate.recovery.sweep", [], {}),
@@ -235,7 +238,7 @@ def test_fits_reads_json_values_strictly() -> None:
 
 def test_the_signature_of_a_bound_task_leaves_out_self() -> None:
     assert str(expected(PLANNING)) == f"{PLANNING}(session_id, revision=None, carried=None)"
-    assert str(expected(STEP)) == f"{STEP}(workflow_id, step_id, revision)"
+    assert str(expected(STEP)) == f"{STEP}(workflow_id, step_id, revision, carried=None)"
     assert str(expected(TIMEOUT)) == f"{TIMEOUT}(session_id, deadline)"
 
 
