@@ -77,17 +77,24 @@ class Snapshot:
 CARRY_MAX_CHARS = 32 * 1024
 
 
-def carried_snapshot(session_id: str, revision: int, raw: str) -> Snapshot | None:
-    """The snapshot a phase message carries (``Snapshot.to_cache`` as JSON), or None if
-    it is not one. Every field is type-checked: the message is untrusted, and its commit
-    only lands if the stored row matches it."""
+def carried_object(raw: str) -> Document | None:
+    """The JSON object a task message carries (a snapshot, a step), or None if ``raw`` is
+    over the limit, not JSON or not an object; its fields are the caller's to check."""
     if len(raw) > CARRY_MAX_CHARS:
         return None
     try:
         payload = codec.loads(raw)
     except ValueError:
         return None
-    if not isinstance(payload, dict) or not _carried_fields_fit(payload):
+    return payload if isinstance(payload, dict) else None
+
+
+def carried_snapshot(session_id: str, revision: int, raw: str) -> Snapshot | None:
+    """The snapshot a phase message carries (``Snapshot.to_cache`` as JSON), or None if
+    it is not one. Every field is type-checked: the message is untrusted, and its commit
+    only lands if the stored row matches it."""
+    payload = carried_object(raw)
+    if payload is None or not _carried_fields_fit(payload):
         return None
     return Snapshot(
         session_id=session_id,

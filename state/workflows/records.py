@@ -11,7 +11,7 @@ from typing import Any
 from state.clock import iso
 from state.documents import codec
 from state.documents.codec import Document
-from state.sessions.snapshot import CARRY_MAX_CHARS
+from state.sessions.snapshot import CARRY_MAX_CHARS, carried_object
 from state.workflow import WorkflowStatus, WorkflowStepStatus
 
 Dispatch = tuple[str, int]  # (step_id, revision) of a step to run
@@ -166,13 +166,8 @@ def carried_step(workflow_id: str, step_id: str, revision: int, raw: str) -> Cla
     """The step a message carries (what a peek reads, as JSON), or None if it is not one.
     Every field is type-checked: the message is untrusted, and the step's commit lands
     only if the row still holds exactly this."""
-    if not fits_carried(raw):
-        return None
-    try:
-        payload = codec.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(payload, dict) or not _carried_step_fits(payload):
+    payload = carried_object(raw)
+    if payload is None or not _carried_step_fits(payload):
         return None
     return ClaimedStep(
         workflow_id=workflow_id,
