@@ -32,7 +32,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from config import get_settings, redact_url
 from config.brokers import broker_for
 from state.errors import ServiceUnavailableError, StaleStateError, StateLockAcquisitionError
-from state.workflows.engine import retry_delay_s
+from state.workflows.retries import retry_delay_s
 from tasks.guard import GUARD_STRATEGY
 
 logger = logging.getLogger(__name__)

@@ -94,7 +94,7 @@ def carried_snapshot(session_id: str, revision: int, raw: str) -> Snapshot | Non
     it is not one. Every field is type-checked: the message is untrusted, and its commit
     only lands if the stored row matches it."""
     payload = carried_object(raw)
-    if payload is None or not _carried_fields_fit(payload):
+    if payload is None or not _carried_fields_fit(payload) or not _as_written(raw, payload):
         return None
     return Snapshot(
         session_id=session_id,
@@ -108,6 +108,15 @@ def carried_snapshot(session_id: str, revision: int, raw: str) -> Snapshot | Non
         deadline_at=payload.get("deadline_at"),
         carried=True,
     )
+
+
+def _as_written(raw: str, payload: Document) -> bool:
+    """Whether ``raw`` is exactly what a writer sends (``codec.dumps``). The commit binds
+    the snapshot to the row as jsonb, which reads ``1e2`` as ``100`` and ``-0.0`` as
+    ``0.0``; the handler would get a float, or a negative zero, where the row holds
+    something else. (Key order is no part of a document: a read from the row has
+    jsonb's, a snapshot its writer's.)"""
+    return "-0.0" not in raw and codec.dumps(payload) == raw
 
 
 def _carried_fields_fit(payload: Document) -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -28,13 +27,13 @@ from state.machine import Phase
 from state.ticker import Ticker
 from state.workflow import SpecLimits, WorkflowState, parse_spec
 from state.workflows.records import ClaimedStep, Completion, Leftover, carried_step
+from state.workflows.retries import retry_delay_s, retryable
 from state.workflows.store import WorkflowStore
 
 logger = logging.getLogger(__name__)
 
 ActionFn = Callable[[Document, Document, Document], Document]
 ActionLookup = Callable[[str], ActionFn | None]
-MAX_BACKOFF_S = 300.0
 # How far one delivery may go on into released quick steps (the inline policy): steps
 # after its own, and seconds.
 CONTINUE_STEPS = 64
@@ -46,18 +45,6 @@ _heartbeats = Ticker("step-heartbeat")
 def _key(claimed: ClaimedStep) -> str:
     """The step's idempotency key: the same for every delivery and retry of it."""
     return f"{claimed.workflow_id}:{claimed.step_id}"
-
-
-def retry_delay_s(base_s: float, retries_done: int) -> float:
-    """Exponential backoff with jitter: about base, 2*base, 4*base, ... (capped)."""
-    delay = min(MAX_BACKOFF_S, base_s * 2**retries_done)
-    return float(delay * random.uniform(0.5, 1.0))
-
-
-def retryable(exc: BaseException) -> bool:
-    """Whether another attempt may help: not for PermanentActionError, CalculationError
-    or any exception whose class says ``retryable = False``."""
-    return getattr(exc, "retryable", True) is not False
 
 
 class WorkflowEngine:
@@ -210,6 +197,16 @@ class WorkflowEngine:
             return self._fail(replace(claimed, task_id=task_id), error, retry=retryable(exc))
         return self.store.succeed_unclaimed(peeked, outputs)
 
+    def _worth_carrying(self, completion: Completion, step_id: str) -> str | None:
+        """What the released step's message carries: only for a quick action (others are
+        claimed, and read with the claim), and never with AGENTSTATE_CARRY_SNAPSHOT=false
+        (messages an older worker's guard accepts)."""
+        carried = completion.carried.get(step_id)
+        if carried is None or not self.settings.carry_snapshot:
+            return None
+        fn = self.actions(completion.actions.get(step_id, ""))
+        return carried if fn is not None and is_quick(fn) else None
+
     def _run_carried(
         self, step: ClaimedStep, task_id: str | None, carried: str
     ) -> Completion | None:
@@ -221,9 +218,14 @@ class WorkflowEngine:
             return None
         step = replace(step, task_id=task_id)
         try:
-            return self.store.succeed_carried(step, carried, self._outputs(fn, step))
-        except Exception as exc:  # what was carried may be what failed: read the step
-            logger.debug("step %s/%s: carried run refused: %r", step.workflow_id, step.step_id, exc)
+            outputs = self._outputs(fn, step)
+        except Exception:  # perhaps only on what was carried: the step's read decides
+            return None
+        try:
+            return self.store.succeed_carried(step, carried, outputs)
+        except StaleStateError:
+            # Forged, stale or already committed: nothing was written. (Any other error
+            # goes up as the read's would: a lost reply must reach the task's retry.)
             return None
 
     def _continue(self, completion: Completion, task_id: str | None) -> None:
@@ -386,10 +388,8 @@ class WorkflowEngine:
     def follow(self, completion: Completion) -> None:
         """Dispatch what a completion made ready, and wake a waiting session (and those
         waiting for the workflow, or following the session's events)."""
-        # AGENTSTATE_CARRY_SNAPSHOT=false: messages an older worker's guard accepts.
-        carry = self.settings.carry_snapshot
         for step_id, revision in completion.ready:
-            carried = completion.carried.get(step_id) if carry else None
+            carried = self._worth_carrying(completion, step_id)
             self.dispatcher.step(completion.workflow_id, step_id, revision, carried=carried)
         finished = completion.finished
         if finished and self.notifier is not None:

@@ -26,6 +26,7 @@ from sqlalchemy import Engine
 from state.clock import utcnow
 from state.documents import codec
 from state.documents.codec import Document
+from state.sessions.snapshot import CARRY_MAX_CHARS
 from state.storage import prepared
 from state.storage.db import autocommit_engine
 from state.workflows.guards import require_one
@@ -86,7 +87,9 @@ def _carry_object(row: str, dep_output: str) -> str:
 
 _STORED_OUTPUTS = """(SELECT o.outputs FROM workflow_steps o
   WHERE o.workflow_id = %(workflow_id)s AND o.step_id = e.dep)"""
-# A released step's message carries it when no timer, timeout or approval needs the claim.
+# A released step's message carries it when no timer, timeout or approval needs the claim,
+# as Postgres's own text of the object: the bound commit compares that text exactly (not
+# as jsonb, which would let ``1e2`` for ``100`` or reordered keys through to the action).
 # The step committing now is not yet visible to the statement's reads: its outputs are
 # the parameter. (A sibling that committed after this statement's snapshot is read as it
 # was: that carried copy is stale, and the released step's bound commit refuses it.)
@@ -99,8 +102,7 @@ END"""
 _BOUND = f"""
     AND remaining_deps = 0 AND not_before_s IS NULL AND timeout_s IS NULL
     AND (approval IS NULL OR approval = 'approved')
-    AND ({_carry_object("workflow_steps", _STORED_OUTPUTS)})::text
-      = (%(carried)s::jsonb)::text"""
+    AND ({_carry_object("workflow_steps", _STORED_OUTPUTS)})::text = %(carried)s"""
 
 # d: a dependent's updated_at (indexed, for the sweep's "ready but forgotten") moves only
 # when it is released; the countdowns before that leave the indexes alone (a HOT update).
@@ -142,14 +144,16 @@ WITH s AS (
   FROM se
 )
 SELECT (SELECT count(*) FROM s),
-  (SELECT coalesce(json_agg(json_build_array(step_id, revision, action, {carry})),
-       '[]'::json)::text
-     FROM d WHERE remaining_deps = 0 AND status = 'pending'),
+  (SELECT coalesce(json_agg(json_build_array(d.step_id, d.revision, d.action,
+       CASE WHEN length(c.carried) <= {carry_max} THEN c.carried END)), '[]'::json)::text
+     FROM d CROSS JOIN LATERAL (SELECT {carry} AS carried) AS c
+     WHERE d.remaining_deps = 0 AND d.status = 'pending'),
   (SELECT row_to_json(w)::text FROM w)"""
 _UNCLAIMED = {"guard": "IN ('pending', 'retrying')", "started": "started_at = %(now)s,"}
-SUCCEED = _SUCCEED_SQL.format(guard="= 'running'", started="", bound="", carry=CARRY)
-SUCCEED_UNCLAIMED = _SUCCEED_SQL.format(**_UNCLAIMED, bound="", carry=CARRY)
-SUCCEED_CARRIED = _SUCCEED_SQL.format(**_UNCLAIMED, bound=_BOUND, carry=CARRY)
+_RELEASE = {"carry": CARRY, "carry_max": CARRY_MAX_CHARS}
+SUCCEED = _SUCCEED_SQL.format(guard="= 'running'", started="", bound="", **_RELEASE)
+SUCCEED_UNCLAIMED = _SUCCEED_SQL.format(**_UNCLAIMED, bound="", **_RELEASE)
+SUCCEED_CARRIED = _SUCCEED_SQL.format(**_UNCLAIMED, bound=_BOUND, **_RELEASE)
 
 _CLAIM = prepared.prepare("agentstate_claim_step", CLAIM)
 _PEEK = prepared.prepare("agentstate_peek_step", PEEK)

@@ -240,6 +240,32 @@ def test_a_carried_snapshot_that_is_not_one_is_ignored() -> None:
         assert carried_snapshot("s-1", 1, raw) is None, value
 
 
+def test_a_snapshot_spelled_other_than_its_writer_spells_it_is_ignored() -> None:
+    """The commit compares documents as jsonb, which reads 1e2 as 100 and -0.0 as 0.0:
+    the handler would get a float, or a negative zero, for what the row holds."""
+    good = codec.dumps(
+        {
+            "user_id": "u-1",
+            "phase": "planning",
+            "status": "active",
+            "doc": {"n": 100, "x": 0.0},
+            "message_count": 1,
+            "last_task_id": None,
+            "deadline_at": None,
+        }
+    )
+    assert carried_snapshot("s-1", 1, good) is not None
+    for respelled in (
+        good.replace('"n":100', '"n":1e2'),
+        good.replace('"x":0.0', '"x":-0.0'),
+        good.replace('"n":100', '"n":100 '),
+        good.replace('"n":100', '"n":100,"n":100'),
+        good.replace('"u-1"', '"\\u0075-1"'),
+    ):
+        assert respelled != good and codec.loads(respelled)["user_id"] == "u-1"
+        assert carried_snapshot("s-1", 1, respelled) is None, respelled
+
+
 def test_a_forged_snapshot_with_nothing_to_do_is_never_cached(pg_settings: Settings) -> None:
     engine, dispatcher, _sync = engine_for(pg_settings)
     session_id = uid("s")

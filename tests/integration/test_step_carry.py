@@ -118,6 +118,7 @@ def test_the_released_step_runs_from_its_message_without_a_read(
         lambda p: {**p, "inputs": {"value": 10.0}},  # equal as a number, not as stored
         lambda p: {**p, "dependents": ["a"]},  # would count another step down
         lambda p: {**p, "action": "claimed_total"},
+        lambda p: dict(reversed(p.items())),  # the same object, keys in another order
     ],
 )
 def test_a_forged_or_stale_payload_commits_nothing_and_the_step_is_read(
@@ -132,6 +133,57 @@ def test_a_forged_or_stale_payload_commits_nothing_and_the_step_is_read(
     # One commit, of what the stored step makes: 10 + 1 + 2.
     assert (row.status, codec.loads(row.outputs), row.revision) == ("success", {"value": 13}, 1)
     assert _row(pg_settings, workflow_id, "a").revision == 1  # not counted down, not moved
+
+
+@pytest.mark.parametrize(
+    "respell",
+    [
+        lambda text: text.replace('"value": 10}', '"value": 1e1}'),  # jsonb reads 10
+        lambda text: text.replace('"value": 10}', '"value": 10 }'),
+        lambda text: text.replace('{"value": 10}', '{"value": 10, "value": 10}'),
+    ],
+)
+def test_the_payload_must_be_the_stores_own_text(
+    pg_settings: Settings, monkeypatch: pytest.MonkeyPatch, respell: Any
+) -> None:
+    """Equal as jsonb is not enough: the action reads the text (1e1 is a float)."""
+    engine, workflow_id, carried = _released(pg_settings)
+    respelled = respell(carried)
+    assert respelled != carried and codec.loads(respelled)["inputs"] == {"value": 10}
+    peeks = _peeks(engine, monkeypatch)
+    assert engine.run_step(workflow_id, "c", 0, "t-c", carried=respelled) == "success"
+    assert peeks == ["c"]
+    assert codec.dumps(codec.loads(_row(pg_settings, workflow_id, "c").outputs)) == (
+        '{"value":13}'  # an int, as the stored step makes it
+    )
+
+
+def test_a_reply_lost_after_the_commit_reaches_the_task(
+    pg_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit landed but its reply was lost: the error goes up (the task retries under
+    its id, and the retry finds the leftovers), not into a second run from a read."""
+    engine, dispatcher = _engine(pg_settings, HopPolicy.INLINE)
+    spec = [
+        {"step_id": f"s{i}", "action": "total"} | ({"dependencies": [f"s{i - 1}"]} if i else {})
+        for i in range(3)
+    ]
+    workflow_id = engine.start(engine.validate({"steps": spec}, ACTIONS))
+    succeed_carried = engine.store.succeed_carried
+
+    def lost_reply(*args: Any) -> Any:
+        succeed_carried(*args)
+        raise ConnectionError("the connection dropped before the reply")
+
+    monkeypatch.setattr(engine.store, "succeed_carried", lost_reply)
+    with pytest.raises(ConnectionError):
+        engine.run_step(workflow_id, "s0", 0, "t-1")
+    assert _row(pg_settings, workflow_id, "s1").status == "success"
+    monkeypatch.undo()
+    # The task's retry, same id: the step is a leftover of this task, its release resent.
+    dispatcher.sent.clear()
+    assert engine.run_step(workflow_id, "s0", 0, "t-1") == "resumed"
+    assert [args[1] for kind, args in dispatcher.sent if kind == "step"] == ["s2"]
 
 
 @pytest.mark.parametrize(
@@ -166,13 +218,29 @@ def test_a_redelivery_reads_the_step_even_with_a_payload(
     assert _row(pg_settings, workflow_id, "c").revision == 2  # the claim, then the success
 
 
-def test_an_action_that_is_not_quick_is_claimed_despite_a_payload(
+def test_a_step_whose_action_is_not_quick_is_sent_plain_and_claimed(
     pg_settings: Settings,
 ) -> None:
-    engine, workflow_id, carried = _released(pg_settings, last="claimed_total")
-    assert engine.run_step(workflow_id, "c", 0, "t-c", carried=carried) == "success"
+    engine, dispatcher = _engine(pg_settings)
+    workflow_id = _diamond(engine, "claimed_total")
+    engine.run_step(workflow_id, "a", 0, "t-a")
+    engine.run_step(workflow_id, "b", 0, "t-b")
+    assert ("step", (workflow_id, "c", 0, 0.0)) in dispatcher.sent
+    assert _carried(dispatcher, workflow_id, "c") is None  # it would be read with the claim
+    forged = codec.dumps(
+        {
+            "action": "claimed_total",
+            "inputs": {"value": 10},
+            "dependencies": ["a", "b"],
+            "dependents": [],
+            "retry_count": 0,
+            "max_retries": 3,
+            "dep_outputs": {"a": {"value": 1}, "b": {"value": 2}},
+        }
+    )
+    assert engine.run_step(workflow_id, "c", 0, "t-c", carried=forged) == "success"
     row = _row(pg_settings, workflow_id, "c")
-    assert (codec.loads(row.outputs), row.revision) == ({"value": 13}, 2)
+    assert (codec.loads(row.outputs), row.revision) == ({"value": 13}, 2)  # claimed first
 
 
 @pytest.mark.parametrize("extra", [{"approval": True}, {"not_before_s": 30}, {"timeout_s": 5}])

@@ -234,10 +234,10 @@ def test_a_step_taken_into_a_chain_is_sent_if_the_delivery_stops_before_its_comm
         raise ConnectionError("the database went away")
 
     monkeypatch.setattr(engine.store, "peek", peek_then_fail)
-    # On Postgres s1 first runs from what s0's commit carried, and that commit fails too.
+    # On Postgres s1 runs from what s0's commit carried (no read), and its commit fails.
     monkeypatch.setattr(engine.store, "succeed_carried", commit_fails)
     with pytest.raises(ConnectionError):
         engine.run_step(workflow_id, "s0", 0, "t-1")
-    assert calls == ["s0", "s1"]
+    assert calls == (["s0"] if engine.store.verifies_carried else ["s0", "s1"])
     assert _steps_sent(dispatcher) == ["s1"]
     assert _rows(settings, workflow_id)["s1"] == ("pending", None)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from state.errors import ActionFailed, CalculationError, PermanentActionError
-from state.workflows.engine import retryable
+from state.workflows.retries import retryable
 from tasks import actions
 
 
