@@ -3,6 +3,7 @@ from inside a worker task, and steps aside everywhere else."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import threading
@@ -120,6 +121,29 @@ def test_a_hop_passes_the_message_guard_and_reaches_the_task(
         message.payload,
         named_in_headers=True,
     )
+
+
+def test_what_a_message_carries_passes_the_guard_and_is_shown_short(
+    app: Celery, broker: redis.Redis
+) -> None:
+    """Flower and the logs show the arguments' repr: a carried step or snapshot appears
+    there as its size, not its contents."""
+    queue = app.conf.task_default_queue
+    dispatcher = CeleryDispatcher(app)
+    step_payload, snapshot = '{"action": "echo"}', '{"doc": {"secret": 1}}'
+    with inside_a_task(app):
+        dispatcher.step("wf-1", "a", 3, carried=step_payload)
+        dispatcher.phase("planning", "s-1", 4, snapshot)
+    step_message, phase_message = _queued(broker, queue)
+    broker.delete(queue)
+    assert step_message["headers"]["argsrepr"] == "['wf-1', 'a', 3, '<step, 18 chars>']"
+    assert phase_message["headers"]["argsrepr"] == "['s-1', 4, '<snapshot, 22 chars>']"
+    for message, name in ((step_message, STEP), (phase_message, PLANNING)):
+        body = json.loads(base64.b64decode(message["body"]))
+        assert body[0][-1] in (step_payload, snapshot)
+        task = app.tasks[name]
+        signature = TaskSignature.of(task.name, task.run)
+        check_message(signature, message["headers"], body, named_in_headers=True)
 
 
 def test_a_clients_send_is_a_root_message_like_send_tasks(app: Celery, broker: redis.Redis) -> None:
