@@ -87,7 +87,7 @@ class SessionRow(Base):
     __tablename__ = "sessions"
 
     session_id: Mapped[str] = mapped_column(ID, primary_key=True)
-    user_id: Mapped[str] = mapped_column(ID, nullable=False, index=True)
+    user_id: Mapped[str] = mapped_column(ID, nullable=False)  # ix_sessions_user_created
     phase: Mapped[str] = mapped_column(String(32), nullable=False, server_default="idle")
     status: Mapped[str] = mapped_column(String(16), nullable=False, server_default="active")
     revision: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
@@ -155,7 +155,7 @@ class WorkflowRow(Base):
     __tablename__ = "workflows"
 
     workflow_id: Mapped[str] = mapped_column(ID, primary_key=True)
-    session_id: Mapped[str | None] = mapped_column(ID, index=True)
+    session_id: Mapped[str | None] = mapped_column(ID)  # ix_workflows_session_created
     status: Mapped[str] = mapped_column(String(16), nullable=False, server_default="running")
     context: Mapped[str] = mapped_column(JSONText, nullable=False)
     total_steps: Mapped[int] = mapped_column(Integer, nullable=False)
@@ -170,8 +170,8 @@ class WorkflowRow(Base):
     spec_hash: Mapped[str | None] = mapped_column(String(64))
 
     __table_args__ = (
-        Index("ix_workflows_status", "status"),
-        # list_workflows pages newest first, optionally by session or status.
+        # list_workflows pages newest first, optionally by session or status; the
+        # session's and the status's indexes serve lookups by either alone too.
         Index("ix_workflows_created", "created_at", "workflow_id"),
         Index("ix_workflows_session_created", "session_id", "created_at", "workflow_id"),
         Index("ix_workflows_status_created", "status", "created_at", "workflow_id"),
