@@ -6,7 +6,9 @@ session row (bumping the inbox and event counters under its lock, so sequence nu
 follow commit order), inserts the message and its ``message_accepted`` event, and
 returns the phase the session was in. It only matches the session's own user; a new
 session, another user's session or an idempotency key take the portable path, which
-creates the row, refuses the caller or looks the key up.
+creates the row, refuses the caller or looks the key up. (The user is compared with IS NOT
+DISTINCT FROM, no index condition: the row is found by its key, never by a scan of the
+user's sessions in ix_sessions_user_created, which a cached generic plan may choose.)
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ _ACCEPT = prepared.prepare(
     """
 WITH s AS (
   UPDATE sessions SET inbox_seq = inbox_seq + 1, event_seq = event_seq + 1
-  WHERE session_id = %(session_id)s AND user_id = %(user_id)s
+  WHERE session_id = %(session_id)s AND user_id IS NOT DISTINCT FROM %(user_id)s
   RETURNING session_id, inbox_seq, phase, revision, event_seq
 ), i AS (
   INSERT INTO inbox (message_id, session_id, seq, text, state, created_at, idempotency_key)

@@ -49,9 +49,15 @@ UPDATE sessions SET revision = %(new_revision)s, phase = %(phase)s, status = %(s
 WHERE session_id = %(session_id)s AND revision = %(revision)s{bound}
 RETURNING session_id, event_seq"""
 
+# IS NOT DISTINCT FROM (the same as = for these never-null columns) is no index
+# condition, so the row is found by its key alone: with "user_id = $n" or "phase = $n"
+# the generic plan Postgres caches may scan ix_sessions_user_created or
+# ix_sessions_phase_created for the session id, reading every session of the user or
+# in the phase on each commit.
 _BOUND = """
-  AND doc::text = (%(seen_doc)s::jsonb)::text AND user_id = %(seen_user_id)s
-  AND phase = %(seen_phase)s AND status = %(seen_status)s
+  AND doc::text = (%(seen_doc)s::jsonb)::text
+  AND user_id IS NOT DISTINCT FROM %(seen_user_id)s
+  AND phase IS NOT DISTINCT FROM %(seen_phase)s AND status = %(seen_status)s
   AND message_count = %(seen_message_count)s
   AND last_task_id IS NOT DISTINCT FROM %(seen_task_id)s
   AND deadline_at IS NOT DISTINCT FROM %(seen_deadline_at)s"""
@@ -69,13 +75,17 @@ _RECORD = """, e AS (INSERT INTO events (session_id, seq, kind, revision, phase,
 
 # A turn's last commit reports whether it applied in a transaction-local setting, which
 # this statement reads in the same transaction: after the update took the row lock and
-# with a snapshot of its own, so it sees a message committed meanwhile.
+# with a snapshot of its own, so it sees a message committed meanwhile. It asks for the
+# first queued message in order, as the next turn's read does: the plan that serves that
+# order is the partial index of queued messages (an EXISTS was planned on some
+# connections over every inbox row of the session).
 _DIVISION_BY_ZERO = "22012"
 
 _APPLIED_AND_QUEUED = prepared.prepare(
     "agentstate_applied_and_queued",
     "SELECT current_setting('agentstate.applied', true) = '1', "
-    "EXISTS (SELECT 1 FROM inbox WHERE session_id = %(session_id)s AND state = 'queued')",
+    "(SELECT seq FROM inbox WHERE session_id = %(session_id)s AND state = 'queued' "
+    "ORDER BY seq LIMIT 1) IS NOT NULL",
 )
 
 

@@ -128,6 +128,10 @@ class MessageRow(Base):
     __table_args__ = (UniqueConstraint("session_id", "seq", name="uq_messages_session_seq"),)
 
 
+# (A module constant: inside InboxRow, ``text`` is the column.)
+_QUEUED = text("state = 'queued'")
+
+
 class InboxRow(Base):
     """A user message accepted for a session, waiting for (or given) its turn."""
 
@@ -146,6 +150,15 @@ class InboxRow(Base):
         UniqueConstraint("session_id", "seq", name="uq_inbox_session_seq"),
         Index("ix_inbox_state_created", "state", "created_at"),
         Index("uq_inbox_session_key", "session_id", "idempotency_key", unique=True),
+        # A session's queued messages, in order: what a turn reads next (only queued rows,
+        # so the read does not grow with the session's answered ones).
+        Index(
+            "ix_inbox_session_queued",
+            "session_id",
+            "seq",
+            postgresql_where=_QUEUED,
+            sqlite_where=_QUEUED,
+        ),
     )
 
 

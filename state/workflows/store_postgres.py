@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Engine
@@ -104,11 +105,9 @@ _BOUND = f"""
     AND (approval IS NULL OR approval = 'approved')
     AND ({_carry_object("workflow_steps", _STORED_OUTPUTS)})::text = %(carried)s"""
 
-# d: a dependent's updated_at (indexed, for the sweep's "ready but forgotten") moves only
-# when it is released; the countdowns before that leave the indexes alone (a HOT update).
-# {guard}: the step's status when its outputs commit: 'running' under a claim;
-# pending or retrying for a quick action's step, which commits once (and so also
-# starts then: {started}).
+# d: the dependents counted down (:func:`_counted_down`). {guard}: the step's status
+# when its outputs commit: 'running' under a claim; pending or retrying for a quick
+# action's step, which commits once (and so also starts then: {started}).
 _SUCCEED_SQL = """
 WITH s AS (
   UPDATE workflow_steps SET status = 'success', outputs = %(outputs)s::jsonb,
@@ -118,14 +117,7 @@ WITH s AS (
   WHERE workflow_id = %(workflow_id)s AND step_id = %(step_id)s AND revision = %(revision)s
     AND status {guard}{bound}
   RETURNING 1
-), d AS (
-  UPDATE workflow_steps SET remaining_deps = remaining_deps - 1,
-      updated_at = CASE WHEN remaining_deps = 1 THEN %(now)s ELSE updated_at END
-  WHERE workflow_id = %(workflow_id)s AND step_id = ANY(%(dependents)s)
-    AND EXISTS (SELECT 1 FROM s)
-  RETURNING step_id, remaining_deps, status, revision, action, inputs, dependencies,
-    dependents, retry_count, max_retries, timeout_s, not_before_s, approval
-), w AS (
+), {count_down}, w AS (
   UPDATE workflows SET remaining_steps = remaining_steps - 1, updated_at = %(now)s,
       status = CASE WHEN remaining_steps = 1
                     THEN CASE WHEN failed_steps > 0 THEN 'failed' ELSE 'success' END
@@ -150,16 +142,61 @@ SELECT (SELECT count(*) FROM s),
      WHERE d.remaining_deps = 0 AND d.status = 'pending'),
   (SELECT row_to_json(w)::text FROM w)"""
 _UNCLAIMED = {"guard": "IN ('pending', 'retrying')", "started": "started_at = %(now)s,"}
-_RELEASE = {"carry": CARRY, "carry_max": CARRY_MAX_CHARS}
-SUCCEED = _SUCCEED_SQL.format(guard="= 'running'", started="", bound="", **_RELEASE)
-SUCCEED_UNCLAIMED = _SUCCEED_SQL.format(**_UNCLAIMED, bound="", **_RELEASE)
-SUCCEED_CARRIED = _SUCCEED_SQL.format(**_UNCLAIMED, bound=_BOUND, **_RELEASE)
+# How the step's success is guarded: under a claim, unclaimed (a quick action's step,
+# read by a peek), or bound to what its message carried.
+_GUARDS = {
+    "claimed": {"guard": "= 'running'", "started": "", "bound": ""},
+    "unclaimed": {**_UNCLAIMED, "bound": ""},
+    "carried": {**_UNCLAIMED, "bound": _BOUND},
+}
+
+# A dependent's updated_at (indexed, for the sweep's "ready but forgotten") moves only
+# when it is released; the countdowns before that leave the indexes alone (a HOT update).
+_COUNT_DOWN = """UPDATE workflow_steps SET remaining_deps = remaining_deps - 1,
+      updated_at = CASE WHEN remaining_deps = 1 THEN %(now)s ELSE updated_at END
+  WHERE workflow_id = %(workflow_id)s AND {dependent}
+    AND EXISTS (SELECT 1 FROM s)
+  RETURNING step_id, remaining_deps, status, revision, action, inputs, dependencies,
+    dependents, retry_count, max_retries, timeout_s, not_before_s, approval"""
+# Up to this many dependents, each is counted down by its whole primary key.
+KEYED_DEPENDENTS_MAX = 8
+
+
+def _counted_down(dependents: int) -> str:
+    """The CTEs counting down ``dependents`` dependents, ``d`` the rows they return.
+
+    Each dependent is found by its whole primary key, in an update of its own: the one
+    plan a key has. ``step_id = ANY($n)`` instead leaves the plan to the statistics, and
+    the generic plan Postgres caches for a prepared statement found the workflow's rows
+    by ``workflow_id`` alone and filtered them (every success of a 1,000-step workflow
+    read its 1,000 steps). A wider fan-out, which is rare, takes the ``ANY``.
+    """
+    if dependents > KEYED_DEPENDENTS_MAX:
+        return "d AS (" + _COUNT_DOWN.format(dependent="step_id = ANY(%(dependents)s)") + ")"
+    if dependents == 0:
+        return "d AS (" + _COUNT_DOWN.format(dependent="false") + ")"
+    each = [
+        f"d{i} AS (" + _COUNT_DOWN.format(dependent=f"step_id = %(dependent{i})s") + ")"
+        for i in range(dependents)
+    ]
+    union = " UNION ALL ".join(f"SELECT * FROM d{i}" for i in range(dependents))  # noqa: S608
+    return ", ".join([*each, f"d AS ({union})"])
+
+
+@lru_cache(maxsize=64)
+def succeed_statement(guard: str, dependents: int) -> prepared.Prepared:
+    """The success statement for a step with ``dependents`` dependents, guarded as
+    ``guard`` says (a key of :data:`_GUARDS`)."""
+    keyed = min(dependents, KEYED_DEPENDENTS_MAX + 1)
+    sql = _SUCCEED_SQL.format(
+        **_GUARDS[guard], count_down=_counted_down(keyed), carry=CARRY, carry_max=CARRY_MAX_CHARS
+    )
+    shape = "many" if keyed > KEYED_DEPENDENTS_MAX else str(keyed)
+    return prepared.prepare(f"agentstate_succeed_{guard}_step_{shape}", sql)
+
 
 _CLAIM = prepared.prepare("agentstate_claim_step", CLAIM)
 _PEEK = prepared.prepare("agentstate_peek_step", PEEK)
-_SUCCEED_CLAIMED = prepared.prepare("agentstate_succeed_step", SUCCEED)
-_SUCCEED_UNCLAIMED = prepared.prepare("agentstate_succeed_unclaimed_step", SUCCEED_UNCLAIMED)
-_SUCCEED_CARRIED = prepared.prepare("agentstate_succeed_carried_step", SUCCEED_CARRIED)
 
 
 class PostgresWorkflowStore(WorkflowStore):
@@ -198,7 +235,7 @@ class PostgresWorkflowStore(WorkflowStore):
         """running -> success, dependents counted down, the workflow's totals updated."""
         if claimed.dependents is None:
             return super().succeed(claimed, outputs)  # not claimed through this store
-        return self._succeed_with(_SUCCEED_CLAIMED, claimed, outputs)
+        return self._succeed_with("claimed", claimed, outputs)
 
     def peek(self, workflow_id: str, step_id: str, revision: int) -> ClaimedStep | None:
         """The step to run a quick action from, with its dependencies' outputs (one read)."""
@@ -209,7 +246,7 @@ class PostgresWorkflowStore(WorkflowStore):
 
     def succeed_unclaimed(self, peeked: ClaimedStep, outputs: Document) -> Completion:
         """pending|retrying -> success in one statement, like :meth:`succeed`."""
-        return self._succeed_with(_SUCCEED_UNCLAIMED, peeked, outputs)
+        return self._succeed_with("unclaimed", peeked, outputs)
 
     @property
     def verifies_carried(self) -> bool:
@@ -220,17 +257,20 @@ class PostgresWorkflowStore(WorkflowStore):
         """pending|retrying -> success for a quick step run from ``carried`` (what its
         message carried), only if the row still holds exactly that; else StaleStateError
         and nothing is written."""
-        return self._succeed_with(_SUCCEED_CARRIED, step, outputs, carried)
+        return self._succeed_with("carried", step, outputs, carried)
 
     def _succeed_with(
         self,
-        statement: prepared.Prepared,
+        guard: str,
         claimed: ClaimedStep,
         outputs: Document,
         carried: str | None = None,
     ) -> Completion:
-        params = {
-            "dependents": claimed.dependents or [],
+        # One order for every success: two siblings lock their shared dependents alike.
+        dependents = sorted(claimed.dependents or [])
+        statement = succeed_statement(guard, len(dependents))
+        params: dict[str, Any] = {
+            "dependents": dependents,
             "workflow_id": claimed.workflow_id,
             "step_id": claimed.step_id,
             "revision": claimed.revision,
@@ -239,6 +279,7 @@ class PostgresWorkflowStore(WorkflowStore):
             "task_id": claimed.task_id,
             "carried": carried,
         }
+        params.update((f"dependent{i}", step_id) for i, step_id in enumerate(dependents))
         with self.autocommit.connect() as conn:
             applied, ready, workflow = tuple(self.statements.execute(conn, statement, params).one())
         require_one(int(applied), claimed)
