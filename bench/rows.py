@@ -6,7 +6,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import insert, select, update
@@ -16,6 +16,7 @@ from bench.harness import say
 from bench.warm import Prepared
 from config import Settings
 from state.session import make_message
+from state.sessions.snapshot import InboxState
 from state.storage.db import get_engine
 from state.storage.tables import inbox, messages, sessions
 from tasks.client import AgentClient
@@ -91,16 +92,18 @@ class TurnProbe:
         self.session_id = f"{prefix}-{uuid.uuid4().hex[:8]}"
         self.sent = 0
         self.skip = 2  # the first turns warm up
+        self.grown = 0  # answered inbox rows grow_history added (no turn answered them)
         if history > 2:
             self.once()
-            grow_history(self.session_id, history - 2)
+            self.grown = grow_history(self.session_id, history - 2)
             self.skip += 1
 
     def once(self) -> None:
         """One turn: send a message and wait for its reply."""
         self.client.send_message(self.session_id, f"hello number {self.sent}", user_id="bench-user")
         self.sent += 1
-        harness.wait_until(lambda: harness.answered(self.session_id) >= self.sent, 60, "a turn")
+        answered = self.sent + self.grown
+        harness.wait_until(lambda: harness.answered(self.session_id) >= answered, 60, "a turn")
 
     def latencies(self) -> list[float]:
         """Seconds per turn, warm-up turns left out."""
@@ -134,13 +137,19 @@ def _latencies_from_timestamps(session_id: str) -> list[float]:
 # -- history growth ------------------------------------------------------------------
 
 
-def grow_history(session_id: str, extra: int) -> None:
-    """Give a session ``extra`` more history items directly in the database."""
+def grow_history(session_id: str, extra: int) -> int:
+    """Give a session ``extra`` more history items directly in the database, and the
+    answered inbox messages a session gets them from (one per user message); return
+    how many of those."""
     engine = get_engine(harness.DATABASE_URL)
     with engine.begin() as conn:
-        count = conn.execute(
-            select(sessions.c.message_count).where(sessions.c.session_id == session_id)
-        ).scalar_one()
+        count, inbox_seq = conn.execute(
+            select(sessions.c.message_count, sessions.c.inbox_seq).where(
+                sessions.c.session_id == session_id
+            )
+        ).one()
+        answered = (extra + 1) // 2
+        conn.execute(insert(inbox), _answered_inbox(session_id, inbox_seq, answered))
         rows = []
         for i in range(extra):
             item = make_message("user" if i % 2 == 0 else "assistant", f"old message {i}")
@@ -158,8 +167,28 @@ def grow_history(session_id: str, extra: int) -> None:
         conn.execute(
             update(sessions)
             .where(sessions.c.session_id == session_id)
-            .values(message_count=count + extra, revision=sessions.c.revision + 1)
+            .values(
+                message_count=count + extra,
+                inbox_seq=inbox_seq + answered,
+                revision=sessions.c.revision + 1,
+            )
         )
+    return answered
+
+
+def _answered_inbox(session_id: str, after_seq: int, count: int) -> list[dict[str, Any]]:
+    now = datetime.now(UTC)
+    return [
+        {
+            "message_id": f"old-{uuid.uuid4().hex}",
+            "session_id": session_id,
+            "seq": after_seq + 1 + i,
+            "text": f"old message {2 * i}",
+            "state": InboxState.ANSWERED.value,
+            "created_at": now,
+        }
+        for i in range(count)
+    ]
 
 
 # -- workflows -----------------------------------------------------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
@@ -142,12 +143,20 @@ SELECT (SELECT count(*) FROM s),
      WHERE d.remaining_deps = 0 AND d.status = 'pending'),
   (SELECT row_to_json(w)::text FROM w)"""
 _UNCLAIMED = {"guard": "IN ('pending', 'retrying')", "started": "started_at = %(now)s,"}
-# How the step's success is guarded: under a claim, unclaimed (a quick action's step,
-# read by a peek), or bound to what its message carried.
+
+
+class SuccessGuard(StrEnum):
+    """What a step's success is guarded on."""
+
+    CLAIMED = "claimed"  # the claim it ran under
+    UNCLAIMED = "unclaimed"  # a quick action's step, read by a peek
+    CARRIED = "carried"  # bound to what its message carried
+
+
 _GUARDS = {
-    "claimed": {"guard": "= 'running'", "started": "", "bound": ""},
-    "unclaimed": {**_UNCLAIMED, "bound": ""},
-    "carried": {**_UNCLAIMED, "bound": _BOUND},
+    SuccessGuard.CLAIMED: {"guard": "= 'running'", "started": "", "bound": ""},
+    SuccessGuard.UNCLAIMED: {**_UNCLAIMED, "bound": ""},
+    SuccessGuard.CARRIED: {**_UNCLAIMED, "bound": _BOUND},
 }
 
 # A dependent's updated_at (indexed, for the sweep's "ready but forgotten") moves only
@@ -183,16 +192,18 @@ def _counted_down(dependents: int) -> str:
     return ", ".join([*each, f"d AS ({union})"])
 
 
-@lru_cache(maxsize=64)
-def succeed_statement(guard: str, dependents: int) -> prepared.Prepared:
-    """The success statement for a step with ``dependents`` dependents, guarded as
-    ``guard`` says (a key of :data:`_GUARDS`)."""
-    keyed = min(dependents, KEYED_DEPENDENTS_MAX + 1)
+def succeed_statement(guard: SuccessGuard, dependents: int) -> prepared.Prepared:
+    """The success statement for a step with ``dependents`` dependents."""
+    return _succeed_statement(guard, min(dependents, KEYED_DEPENDENTS_MAX + 1))
+
+
+@lru_cache(maxsize=32)
+def _succeed_statement(guard: SuccessGuard, keyed: int) -> prepared.Prepared:
     sql = _SUCCEED_SQL.format(
         **_GUARDS[guard], count_down=_counted_down(keyed), carry=CARRY, carry_max=CARRY_MAX_CHARS
     )
     shape = "many" if keyed > KEYED_DEPENDENTS_MAX else str(keyed)
-    return prepared.prepare(f"agentstate_succeed_{guard}_step_{shape}", sql)
+    return prepared.prepare(f"agentstate_succeed_{guard.value}_step_{shape}", sql)
 
 
 _CLAIM = prepared.prepare("agentstate_claim_step", CLAIM)
@@ -235,7 +246,7 @@ class PostgresWorkflowStore(WorkflowStore):
         """running -> success, dependents counted down, the workflow's totals updated."""
         if claimed.dependents is None:
             return super().succeed(claimed, outputs)  # not claimed through this store
-        return self._succeed_with("claimed", claimed, outputs)
+        return self._succeed_with(SuccessGuard.CLAIMED, claimed, outputs)
 
     def peek(self, workflow_id: str, step_id: str, revision: int) -> ClaimedStep | None:
         """The step to run a quick action from, with its dependencies' outputs (one read)."""
@@ -246,7 +257,7 @@ class PostgresWorkflowStore(WorkflowStore):
 
     def succeed_unclaimed(self, peeked: ClaimedStep, outputs: Document) -> Completion:
         """pending|retrying -> success in one statement, like :meth:`succeed`."""
-        return self._succeed_with("unclaimed", peeked, outputs)
+        return self._succeed_with(SuccessGuard.UNCLAIMED, peeked, outputs)
 
     @property
     def verifies_carried(self) -> bool:
@@ -257,11 +268,11 @@ class PostgresWorkflowStore(WorkflowStore):
         """pending|retrying -> success for a quick step run from ``carried`` (what its
         message carried), only if the row still holds exactly that; else StaleStateError
         and nothing is written."""
-        return self._succeed_with("carried", step, outputs, carried)
+        return self._succeed_with(SuccessGuard.CARRIED, step, outputs, carried)
 
     def _succeed_with(
         self,
-        guard: str,
+        guard: SuccessGuard,
         claimed: ClaimedStep,
         outputs: Document,
         carried: str | None = None,

@@ -20,7 +20,7 @@ from state.storage.backend import Backend
 from state.storage.tables import steps
 from state.workflows.engine import ActionFn, WorkflowEngine
 from state.workflows.store import WorkflowStore
-from state.workflows.store_postgres import KEYED_DEPENDENTS_MAX, succeed_statement
+from state.workflows.store_postgres import KEYED_DEPENDENTS_MAX, SuccessGuard, succeed_statement
 
 
 @quick
@@ -119,9 +119,9 @@ def _rows_read(plan: dict[str, Any], table: str) -> int:
     return found
 
 
-@pytest.mark.parametrize("guard", ["claimed", "unclaimed"])
+@pytest.mark.parametrize("guard", [SuccessGuard.CLAIMED, SuccessGuard.UNCLAIMED])
 def test_the_cached_plan_reads_only_the_rows_a_success_changes_in_a_big_workflow(
-    pg_settings: Settings, guard: str
+    pg_settings: Settings, guard: SuccessGuard
 ) -> None:
     engine, _ = _engine(pg_settings)
     width = 150  # two layers: each first-layer step releases two of the second
@@ -135,7 +135,7 @@ def test_the_cached_plan_reads_only_the_rows_a_success_changes_in_a_big_workflow
     ]
     workflow_id = engine.start(engine.validate({"steps": spec}, ACTIONS))
     statement = succeed_statement(guard, 2)
-    status = "running" if guard == "claimed" else "pending"
+    status = "running" if guard == SuccessGuard.CLAIMED else "pending"
     params = {
         "dependents": ["b000", "b149"],
         "dependent0": "b000",
