@@ -3,8 +3,10 @@
 psycopg2 never prepares, so Postgres plans every statement again; for the one-statement
 commits that planning costs about as much as executing (~0.5 ms). :class:`Statements`
 prepares each statement once per connection (``PREPARE``) and then only ``EXECUTE``s it.
-A plan prepared with constant-free parameters also does not depend on table statistics
-that are stale right after a workflow is created.
+After a few runs Postgres may keep one generic plan for it, made from the table
+statistics without the values: so each statement here is written to have one good plan,
+finding its rows by key (no index condition but the key's; see
+``tests/integration/test_statement_plans.py``).
 
 Behind a pooler in transaction mode (PgBouncer) a client's next statement may run on
 another server connection, where that ``PREPARE`` never happened (or where another
