@@ -84,7 +84,7 @@ def follower_latencies(settings: Settings, turns: int) -> list[float]:
     time.sleep(0.5)  # subscribed before the first message
     for n in range(turns):
         client.send_message(session_id, f"hello number {n}", user_id="bench-user")
-        harness.wait_until(lambda n=n: harness.answered(session_id) > n + 1, 60, "a turn")
+        harness.wait_until(lambda n=n: harness.answered([session_id]) > n + 1, 60, "a turn")
     latencies: list[float] = out.get(timeout=120)
     follower.join(10)
     return latencies

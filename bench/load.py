@@ -67,9 +67,9 @@ def keyspace_bytes(url: str) -> int:
 def burst(settings: Settings, group: WorkerGroup, sessions: int, per_session: int) -> LoadResult:
     """Send ``sessions`` x ``per_session`` messages at once; measure until all answered."""
     client = AgentClient(settings)
-    warm = f"loadwarm-{uuid.uuid4().hex[:6]}"
-    for i in range(4):
-        client.send_message(f"{warm}-{i}", "hello", user_id="bench-user")
+    warm = [f"loadwarm-{uuid.uuid4().hex[:6]}-{i}" for i in range(4)]
+    for session_id in warm:
+        client.send_message(session_id, "hello", user_id="bench-user")
     harness.wait_until(lambda: harness.answered(warm) >= 4, 120, "warm-up turns")
     rss_before = harness.rss_kib(group.pids())
     broker_before = keyspace_bytes(harness.BROKER_URL)
@@ -86,7 +86,7 @@ def burst(settings: Settings, group: WorkerGroup, sessions: int, per_session: in
         )
     sent = time.perf_counter() - started
     harness.say(f"{total:,} messages accepted in {sent:.1f}s; draining")
-    peak, half = _wait_draining(group, prefix, total)
+    peak, half = _wait_draining(group, ids, total)
     time.sleep(2.0)  # let the workers finish acknowledging and settle
     result = _reckon(prefix)
     return LoadResult(
@@ -115,18 +115,18 @@ def _send(client: AgentClient, ids: list[str], per_session: int) -> None:
             client.send_message(session_id, f"hello number {k}", user_id="bench-user")
 
 
-def _wait_draining(group: WorkerGroup, prefix: str, total: int) -> tuple[int, int]:
+def _wait_draining(group: WorkerGroup, ids: list[str], total: int) -> tuple[int, int]:
     """Wait until every message is answered; the workers' RSS (KiB): peak, half-way."""
     peak = half = 0
     deadline = time.monotonic() + DRAIN_TIMEOUT_S
-    while (answered := harness.answered(prefix)) < total:
+    while (answered := harness.answered(ids)) < total:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{total} messages not answered within {DRAIN_TIMEOUT_S:g}s")
         rss = harness.rss_kib(group.pids())
         peak = max(peak, rss)
         if not half and answered >= total // 2:
             half = rss
-        time.sleep(1.0)  # a poll is a scan of the inbox: keep it off the workers' backs
+        time.sleep(1.0)  # a poll looks up 2,000 sessions: keep it off the workers' backs
     return peak, half or harness.rss_kib(group.pids())
 
 

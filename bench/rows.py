@@ -70,7 +70,7 @@ def send_turns(client: AgentClient, prefix: str, sessions_n: int, per_session: i
     for k in range(per_session):
         for session_id in ids:
             client.send_message(session_id, f"hello number {k}", user_id="bench-user")
-    harness.wait_until(lambda: harness.answered(prefix) >= total, 600, f"{total} turns")
+    harness.wait_until(lambda: harness.answered(ids) >= total, 600, f"{total} turns")
     return total / (time.perf_counter() - started)
 
 
@@ -103,7 +103,7 @@ class TurnProbe:
         self.client.send_message(self.session_id, f"hello number {self.sent}", user_id="bench-user")
         self.sent += 1
         answered = self.sent + self.grown
-        harness.wait_until(lambda: harness.answered(self.session_id) >= answered, 60, "a turn")
+        harness.wait_until(lambda: harness.answered([self.session_id]) >= answered, 60, "a turn")
 
     def latencies(self) -> list[float]:
         """Seconds per turn, warm-up turns left out."""
