@@ -72,8 +72,7 @@ class PostgresInbox(Inbox):
             "text": text,
             "now": now,
         }
-        with self.autocommit.connect() as conn:
-            row = self.statements.execute(conn, _ACCEPT, params).first()
+        row = prepared.first(self.statements.rows(self.autocommit, [(_ACCEPT, params)]))
         if row is None:  # a new session, or not this user's: the portable path decides
             return super().accept(session_id, user_id, text)
         seq, phase, revision = tuple(row)
@@ -91,8 +90,8 @@ class PostgresInbox(Inbox):
 
     def next_queued(self, session_id: str) -> InboxItem | None:
         """The oldest message of the session that has not started its turn."""
-        with self.autocommit.connect() as conn:
-            row = self.statements.execute(conn, _NEXT, {"session_id": session_id}).first()
+        params = {"session_id": session_id}
+        row = prepared.first(self.statements.rows(self.autocommit, [(_NEXT, params)]))
         if row is None:
             return None
         message_id, seq, text, created_at = tuple(row)

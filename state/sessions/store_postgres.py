@@ -122,8 +122,8 @@ class PostgresSessionStore(SessionStore):
         if not staged:
             return
         _check_held(staged[0].base, before_commit)
-        with self.autocommit.connect() as conn:
-            self._write_staged(conn, staged)
+        with _stale_if_unapplied(staged[0].base):
+            self.statements.rows(self.autocommit, [(s.statement, s.params) for s in staged])
 
     def _write_staged(self, conn: Connection, staged: Sequence[Staged]) -> None:
         # In autocommit, one implicit transaction; in the portable path's transaction, a
@@ -152,8 +152,8 @@ class PostgresSessionStore(SessionStore):
         if change.check_inbox:
             parts.append((_APPLIED_AND_QUEUED, params))
         first = staged[0].base if staged else snapshot
-        with self.autocommit.connect() as conn, _stale_if_unapplied(first):
-            found = self.statements.execute_all(conn, parts).one()
+        with _stale_if_unapplied(first):
+            (found,) = self.statements.rows(self.autocommit, parts)
         # After staged statements that all applied (else their error undid everything),
         # the row is ours and at this statement's revision: it applies too.
         applied, queued = bool(found[0]), change.check_inbox and bool(found[-1])

@@ -17,18 +17,20 @@ time instead (``AGENTSTATE_DB_POOLER=pgbouncer``).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import CursorResult
 
 from config.settings import DbPooler
+from state.storage.dbapi import pooled_cursor
 
 _NAMED = re.compile(r"%\((\w+)\)s")
 _INFO_KEY = "agentstate_prepared"
+Row = tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,10 @@ class Prepared:
     text: str
     sql: str
     params: tuple[str, ...]
+
+
+# A statement and its parameters, as a query message carries it.
+Part = tuple[Prepared, dict[str, Any]]
 
 
 @lru_cache(maxsize=64)
@@ -55,6 +61,11 @@ def prepare(name: str, sql: str) -> Prepared:
     return Prepared(name, sql, _NAMED.sub(number, sql), tuple(order))
 
 
+def first(rows: Sequence[Row]) -> Row | None:
+    """The first of ``rows``, or None."""
+    return rows[0] if rows else None
+
+
 class Statements:
     """Runs statements prepared once per connection (Postgres without a pooler)."""
 
@@ -62,9 +73,7 @@ class Statements:
         self, conn: Connection, statement: Prepared, params: dict[str, Any]
     ) -> CursorResult[Any]:
         """Run ``statement`` on ``conn``, preparing it first if this connection has not."""
-        self._prepare(conn, statement)
-        values = tuple(params[key] for key in statement.params)
-        return conn.exec_driver_sql(_execute(statement, len(values)), values)
+        return self.execute_all(conn, [(statement, params)])
 
     def execute_then(
         self, conn: Connection, first: Prepared, then: Prepared, params: dict[str, Any]
@@ -73,51 +82,66 @@ class Statements:
         transaction, a fresh snapshot per statement); the result is ``then``'s."""
         return self.execute_all(conn, [(first, params), (then, params)])
 
-    def execute_all(
-        self, conn: Connection, parts: Sequence[tuple[Prepared, dict[str, Any]]]
-    ) -> CursorResult[Any]:
+    def execute_all(self, conn: Connection, parts: Sequence[Part]) -> CursorResult[Any]:
         """Run each statement with its own parameters, in order, in one query message
         (one implicit transaction: an error in any of them undoes them all); the result
         is the last one's."""
+        sql, values = self._message(conn.connection.info, parts, conn.exec_driver_sql)
+        return conn.exec_driver_sql(sql, values)
+
+    def rows(self, engine: Engine, parts: Sequence[Part]) -> list[Row]:
+        """Like :meth:`execute_all`, on a driver cursor of ``engine``'s pool (the hot
+        path: see ``state.storage.dbapi``); the last statement's rows.
+
+        Args:
+            engine: an autocommit engine (the statements are one implicit transaction).
+            parts: each statement with its parameters, in order.
+
+        Returns:
+            The rows of the last statement (empty if it returns none).
+        """
+        with pooled_cursor(engine) as (cursor, info):
+            sql, values = self._message(info, parts, cursor.execute)
+            cursor.execute(sql, values)
+            return list(cursor.fetchall()) if cursor.description is not None else []
+
+    def _message(
+        self, info: dict[Any, Any], parts: Sequence[Part], send: Callable[[str], object]
+    ) -> tuple[str, Any]:
+        """The one query message running ``parts`` and its values, after preparing (with
+        ``send``) those this connection (``info``) has not prepared yet."""
+        done: set[str] = info.setdefault(_INFO_KEY, set())
         values: list[Any] = []
         for statement, params in parts:
-            self._prepare(conn, statement)
+            if statement.name not in done:
+                send(f"PREPARE {statement.name} AS {statement.sql}")
+                done.add(statement.name)
             values.extend(params[key] for key in statement.params)
         sql = "; ".join(_execute(statement, len(statement.params)) for statement, _ in parts)
-        return conn.exec_driver_sql(sql, tuple(values))
-
-    def _prepare(self, conn: Connection, statement: Prepared) -> None:
-        done: set[str] = conn.connection.info.setdefault(_INFO_KEY, set())
-        if statement.name not in done:
-            conn.exec_driver_sql(f"PREPARE {statement.name} AS {statement.sql}")
-            done.add(statement.name)
+        return sql, tuple(values)
 
 
 class UnpreparedStatements(Statements):
     """Sends each statement's SQL every time (a pooler in transaction mode: no state may
-    outlive a transaction on the server connection)."""
+    outlive a transaction on the server connection), in one query message, one
+    transaction on the server connection the pooler lends for it."""
 
-    def execute(
-        self, conn: Connection, statement: Prepared, params: dict[str, Any]
-    ) -> CursorResult[Any]:
-        """Run ``statement`` on ``conn`` unprepared, its values bound by the driver."""
-        return conn.exec_driver_sql(statement.text, {key: params[key] for key in statement.params})
-
-    def execute_all(
-        self, conn: Connection, parts: Sequence[tuple[Prepared, dict[str, Any]]]
-    ) -> CursorResult[Any]:
-        """The statements' SQL in one query message (one transaction on the server
-        connection the pooler lends for it), each placeholder renamed after its
-        statement's place so that two statements' parameters never mix."""
+    def _message(
+        self, info: dict[Any, Any], parts: Sequence[Part], send: Callable[[str], object]
+    ) -> tuple[str, Any]:
+        """The statements' SQL in one message, each placeholder renamed after its
+        statement's place (nothing is prepared: ``info`` and ``send`` go unused)."""
         texts: list[str] = []
         values: dict[str, Any] = {}
         for i, (statement, params) in enumerate(parts):
             texts.append(_NAMED.sub(rf"%(\1_{i})s", statement.text))
             values.update({f"{key}_{i}": params[key] for key in statement.params})
-        return conn.exec_driver_sql("; ".join(texts), values)
+        return "; ".join(texts), values
 
 
 def _execute(statement: Prepared, count: int) -> str:
+    if not count:
+        return f"EXECUTE {statement.name}"  # "name()" is a syntax error
     return f"EXECUTE {statement.name}({', '.join(['%s'] * count)})"
 
 

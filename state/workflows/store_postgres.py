@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Engine
 
@@ -238,8 +238,7 @@ class PostgresWorkflowStore(WorkflowStore):
             "lease": clock + lease_s,
             "task_id": task_id,
         }
-        with self.autocommit.connect() as conn:
-            row = self.statements.execute(conn, _CLAIM, params).first()
+        row = prepared.first(self.statements.rows(self.autocommit, [(_CLAIM, params)]))
         return None if row is None else _claimed(workflow_id, step_id, revision + 1, row)
 
     def succeed(self, claimed: ClaimedStep, outputs: Document) -> Completion:
@@ -251,8 +250,7 @@ class PostgresWorkflowStore(WorkflowStore):
     def peek(self, workflow_id: str, step_id: str, revision: int) -> ClaimedStep | None:
         """The step to run a quick action from, with its dependencies' outputs (one read)."""
         params = {"workflow_id": workflow_id, "step_id": step_id, "revision": revision}
-        with self.autocommit.connect() as conn:
-            row = self.statements.execute(conn, _PEEK, params).first()
+        row = prepared.first(self.statements.rows(self.autocommit, [(_PEEK, params)]))
         return None if row is None else _claimed(workflow_id, step_id, revision, row)
 
     def succeed_unclaimed(self, peeked: ClaimedStep, outputs: Document) -> Completion:
@@ -291,8 +289,7 @@ class PostgresWorkflowStore(WorkflowStore):
             "carried": carried,
         }
         params.update((f"dependent{i}", step_id) for i, step_id in enumerate(dependents))
-        with self.autocommit.connect() as conn:
-            applied, ready, workflow = tuple(self.statements.execute(conn, statement, params).one())
+        ((applied, ready, workflow),) = self.statements.rows(self.autocommit, [(statement, params)])
         require_one(int(applied), claimed)
         released = codec.loads(ready)
         return Completion(
@@ -304,8 +301,23 @@ class PostgresWorkflowStore(WorkflowStore):
         )
 
 
-def _claimed(workflow_id: str, step_id: str, revision: int, row: Any) -> ClaimedStep:
+class _StepWithDeps(NamedTuple):
+    """The columns of :data:`_STEP_WITH_DEPS`, in its order (the driver's rows are bare
+    tuples)."""
+
+    action: str
+    inputs: str
+    dependencies: str
+    dependents: str
+    retry_count: int
+    max_retries: int
+    timeout_s: float | None
+    dep_outputs: str
+
+
+def _claimed(workflow_id: str, step_id: str, revision: int, values: Any) -> ClaimedStep:
     """A ClaimedStep from a row of :data:`_STEP_WITH_DEPS`."""
+    row = _StepWithDeps._make(values)
     claimed = claimed_from_row(workflow_id, step_id, revision, row)
     return replace(
         claimed, dep_outputs=codec.loads(row.dep_outputs), dependents=codec.loads(row.dependents)

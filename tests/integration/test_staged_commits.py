@@ -11,7 +11,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select
+from psycopg2.extras import LoggingConnection
+from sqlalchemy import create_engine, event, select
 
 from config import HopPolicy, Settings
 from config.settings import DbPooler
@@ -119,17 +120,30 @@ def _change(snap: Snapshot, phase: Phase, by: str) -> SessionChange:
 
 
 def _count_commit_messages(backend: Backend, store: SessionStore) -> list[str]:
-    """The query messages that carry a session commit, as they are sent."""
+    """The query messages that carry a session commit, as the driver sends them.
+
+    The hot path sends through a driver cursor (``state.storage.dbapi``), past
+    SQLAlchemy's execution events, so the store's autocommit engine is swapped for one
+    whose connections are psycopg2's ``LoggingConnection``: it writes each query it sends
+    to the recorder below.
+    """
     sent: list[str] = []
 
-    def record(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
-        if statement.startswith("PREPARE"):
-            return  # once per connection, before its first EXECUTE
-        if "agentstate_commit" in statement or "UPDATE sessions SET revision" in statement:
-            sent.append(statement)
+    class Recorder:
+        def write(self, text: str) -> None:
+            statement = text.strip()
+            if statement.startswith("PREPARE"):
+                return  # once per connection, before its first EXECUTE
+            if "agentstate_commit" in statement or "UPDATE sessions SET revision" in statement:
+                sent.append(statement)
 
     assert isinstance(store, PostgresSessionStore)
-    event.listen(store.autocommit, "before_cursor_execute", record)
+    url = store.autocommit.url.render_as_string(hide_password=False)
+    logged = create_engine(
+        url, isolation_level="AUTOCOMMIT", connect_args={"connection_factory": LoggingConnection}
+    )
+    event.listen(logged, "connect", lambda conn, _: conn.initialize(Recorder()), insert=True)
+    store.autocommit = logged
     return sent
 
 
