@@ -4,6 +4,8 @@ died (Postgres terminating the backend, as a restart or a failover does)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
@@ -24,13 +26,13 @@ _SECRET = "a user's text that must not reach the logs"
 
 
 @pytest.fixture
-def engine(pg_url: str) -> Engine:
+def engine(pg_url: str) -> Iterator[Engine]:
     plain = get_engine(pg_url)
     with plain.begin() as conn:
-        conn.execute(
-            text("CREATE TABLE IF NOT EXISTS driver_cursor_marks (mark text PRIMARY KEY)")
-        )
-    return autocommit_engine(plain)
+        conn.execute(text("CREATE TABLE IF NOT EXISTS driver_cursor_marks (mark text PRIMARY KEY)"))
+    yield autocommit_engine(plain)
+    with plain.begin() as conn:  # the schema test compares the database with the models
+        conn.execute(text("DROP TABLE driver_cursor_marks"))
 
 
 @pytest.mark.parametrize("statements", [prepared.PREPARED, prepared.UNPREPARED])
