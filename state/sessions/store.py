@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from sqlalchemy import Connection, Engine, select, update
 
@@ -117,8 +118,7 @@ class SessionStore:
     def load_from_database(self, session_id: str) -> Snapshot | None:
         """Read (and migrate, writing the upgrade back) the session row."""
         try:
-            with read_connection(self.engine) as conn:
-                snapshot = self._read(conn, session_id, writable=False)
+            snapshot = self._read_only(session_id)
         except _WriteNeeded:
             # Rare: an old or damaged document. Read it again where we may write.
             with self.engine.begin() as conn:
@@ -127,8 +127,18 @@ class SessionStore:
             self.publish(snapshot)
         return snapshot
 
+    def _read_only(self, session_id: str) -> Snapshot | None:
+        """The session from its row, if the row needs no write (else ``_WriteNeeded``)."""
+        with read_connection(self.engine) as conn:
+            return self._read(conn, session_id, writable=False)
+
     def _read(self, conn: Connection, session_id: str, *, writable: bool = True) -> Snapshot | None:
         row = conn.execute(select(sessions).where(sessions.c.session_id == session_id)).first()
+        return self._from_row(row, conn if writable else None)
+
+    def _from_row(self, row: Any, writer: Connection | None) -> Snapshot | None:
+        """The snapshot of session ``row`` (columns by name), migrated; an upgrade or a
+        quarantine is written back through ``writer`` (None: ``_WriteNeeded`` instead)."""
         if row is None:
             return None
         snapshot = Snapshot(
@@ -147,17 +157,17 @@ class SessionStore:
             doc = codec.decode_document(row.doc)
             needs_upgrade = "message_history" in doc or _migrator.needs_migration(doc)
             if needs_upgrade:
-                if not writable:
+                if writer is None:
                     raise _WriteNeeded
-                snapshot = self._upgrade(conn, snapshot, doc)
+                snapshot = self._upgrade(writer, snapshot, doc)
                 doc = snapshot.doc
             SessionState.from_document({**doc, "session_id": snapshot.session_id})
         except FutureVersionError:
             raise
         except (CorruptStateError, MigrationError) as exc:
-            if not writable:
+            if writer is None:
                 raise _WriteNeeded from exc
-            return self._quarantine(conn, snapshot, row.doc, str(exc))
+            return self._quarantine(writer, snapshot, row.doc, str(exc))
         return replace(snapshot, doc=doc)
 
     def _upgrade(self, conn: Connection, snapshot: Snapshot, doc: Document) -> Snapshot:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -89,6 +89,29 @@ _APPLIED_AND_QUEUED = prepared.prepare(
 )
 
 
+# A session row as the portable read's ``select(sessions)`` has it (the doc as text).
+_READ = prepared.prepare(
+    "agentstate_read_session",
+    "SELECT session_id, user_id, phase, status, revision, doc::text, message_count, "
+    "last_task_id, deadline_at, recoveries FROM sessions WHERE session_id = %(session_id)s",
+)
+
+
+class _SessionColumns(NamedTuple):
+    """The columns :data:`_READ` returns, in its order (the driver's rows are tuples)."""
+
+    session_id: str
+    user_id: str
+    phase: str
+    status: str
+    revision: int
+    doc: str
+    message_count: int
+    last_task_id: str | None
+    deadline_at: float | None
+    recoveries: int
+
+
 class PostgresSessionStore(SessionStore):
     """SessionStore whose commit is one prepared statement (see the module docstring)."""
 
@@ -105,6 +128,13 @@ class PostgresSessionStore(SessionStore):
     def verifies_carried(self) -> bool:
         """Postgres binds a carried snapshot to the row in the commit (module docstring)."""
         return True
+
+    def _read_only(self, session_id: str) -> Snapshot | None:
+        """The row through a prepared statement on the driver cursor (the turn's first
+        phase reads it when the cache is behind)."""
+        params = {"session_id": session_id}
+        row = prepared.first(self.statements.rows(self.autocommit, [(_READ, params)]))
+        return self._from_row(None if row is None else _SessionColumns._make(row), None)
 
     def stage(self, snapshot: Snapshot, change: SessionChange) -> Staged | None:
         """A change the one statement can write, held back (see :meth:`flush`)."""
