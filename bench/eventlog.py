@@ -81,6 +81,7 @@ def follower_latencies(settings: Settings, turns: int) -> list[float]:
     follower = ctx.Process(target=_follow, args=(settings, session_id, start, turns, out))
     follower.start()
     out.get(timeout=60)
+    harness.analyze()
     time.sleep(0.5)  # subscribed before the first message
     for n in range(turns):
         client.send_message(session_id, f"hello number {n}", user_id="bench-user")

@@ -77,6 +77,7 @@ def burst(settings: Settings, group: WorkerGroup, sessions: int, per_session: in
     ids = [f"{prefix}-{i}" for i in range(sessions)]
     total = sessions * per_session
     senders = [AgentClient(settings) for _ in range(SENDERS)]
+    harness.analyze()
     started = time.perf_counter()
     with ThreadPoolExecutor(SENDERS) as pool:
         list(

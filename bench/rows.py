@@ -66,6 +66,7 @@ def send_turns(client: AgentClient, prefix: str, sessions_n: int, per_session: i
     """Send plain messages to ``sessions_n`` sessions; return turns/s until all answered."""
     ids = [f"{prefix}-{i}" for i in range(sessions_n)]
     total = sessions_n * per_session
+    harness.analyze()
     started = time.perf_counter()
     for k in range(per_session):
         for session_id in ids:
@@ -97,6 +98,7 @@ class TurnProbe:
             self.once()
             self.grown = grow_history(self.session_id, history - 2)
             self.skip += 1
+        harness.analyze()
 
     def once(self) -> None:
         """One turn: send a message and wait for its reply."""
