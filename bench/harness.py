@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import Select, create_engine, func, select, text
 
 from config import Settings
 from state.storage import keys
@@ -160,13 +160,16 @@ def answered(session_ids: Sequence[str]) -> int:
     one round trip, not three.
     """
     with autocommit_engine(get_engine(DATABASE_URL)).connect() as conn:
-        return int(
-            conn.execute(
-                select(func.count())
-                .select_from(inbox)
-                .where(inbox.c.session_id.in_(session_ids), inbox.c.state == "answered")
-            ).scalar_one()
-        )
+        return int(conn.execute(answered_query(session_ids)).scalar_one())
+
+
+def answered_query(session_ids: Sequence[str]) -> Select[tuple[int]]:
+    """The count :func:`answered` runs."""
+    return (
+        select(func.count())
+        .select_from(inbox)
+        .where(inbox.c.session_id.in_(session_ids), inbox.c.state == "answered")
+    )
 
 
 def counter(name: str) -> int:
