@@ -4,8 +4,13 @@ Throughput on these small machines is CPU-bound, so the CPU a turn costs, and wh
 process pays it, says what a faster turn has to cut. A measurement reads ``/proc`` before
 and after a batch of turns: CPU time (user + system) and context switches of the worker
 pool children, the worker main processes, Postgres, Redis and this process (the
-client), for the floor (six hops, one commit each), ``every_phase`` and ``inline``, each
-on workers of its own in the throughput rows' shape.
+client), for the floor (six hops, one commit each), the floor with agentstate's phase
+write (``bench.floor_tasks.hop_write``), ``every_phase`` and ``inline``, each on workers
+of its own in the throughput rows' shape. The floor, its write variant and
+``every_phase`` share one worker group and take turns, batch by batch, so their turns/s
+are compared pairwise too: the write variant against the floor says what agentstate's
+durable write costs a hop, ``every_phase`` against the write variant what the rest of a
+phase does (the handler, the FSM, the lock, the cache, the push).
 
 The batch's own warm-up (8 turns or chains) is counted in the batch, for each system
 alike. Processes that start or exit during a batch (a Postgres backend connecting) count
@@ -31,12 +36,17 @@ WARM_UP_TURNS = 8  # the warm-up turns (or chains) each batch function runs firs
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
+WRITE_FLOOR = "floor + phase write"
+
+
 @dataclass(frozen=True)
 class Usage:
-    """CPU seconds and context switches, by role."""
+    """CPU seconds and context switches, by role (per turn: ms and counts), and the
+    batch's turns per second."""
 
     cpu_s: dict[str, float]
     switches: dict[str, int]
+    per_second: float = 0.0
 
 
 def _read_proc(pid: int) -> tuple[str, int, float, int] | None:
@@ -86,14 +96,16 @@ def usage(mains: set[int]) -> Usage:
     return Usage(cpu_s, switches)
 
 
-def per_turn(mains: set[int], batch: Callable[[], Any], turns: int) -> Usage:
-    """Run ``batch`` (``turns`` turns); the CPU ms and context switches per turn, by role."""
+def per_turn(mains: set[int], batch: Callable[[], float], turns: int) -> Usage:
+    """Run ``batch`` (``turns`` turns, returning its turns/s); the CPU ms and context
+    switches per turn, by role, and that rate."""
     before = usage(mains)
-    batch()
+    rate = batch()
     after = usage(mains)
     return Usage(
         {r: (after.cpu_s[r] - before.cpu_s[r]) * 1000 / turns for r in ROLES},
         {r: round((after.switches[r] - before.switches[r]) / turns) for r in ROLES},
+        rate,
     )
 
 
@@ -106,11 +118,12 @@ def cpu(table: list[Row], notes: list[str], scale: float, args: Any) -> None:
     turns = sessions * per + WARM_UP_TURNS
     floor_settings = harness.bench_settings(action_modules=FLOOR)
     inline_settings = harness.bench_settings(hop_policy=HopPolicy.INLINE)
-    found: dict[str, list[Usage]] = {"floor": [], "every_phase": [], "inline": []}
+    found: dict[str, list[Usage]] = {"floor": [], WRITE_FLOOR: [], "every_phase": [], "inline": []}
     with harness.workers(floor_settings, **SHAPE) as group:
         mains = {proc.pid for proc in group.procs.values()}
-        batches = {
+        batches: dict[str, Callable[[], float]] = {
             "floor": lambda: baselines.floor_per_second(floor_settings, sessions, per),
+            WRITE_FLOOR: lambda: baselines.floor_write_per_second(floor_settings, sessions, per),
             "every_phase": lambda: rows.turns_per_second(floor_settings, sessions, per),
         }
         _measure(found, batches, mains, turns, rounds_of(scale))
@@ -119,16 +132,20 @@ def cpu(table: list[Row], notes: list[str], scale: float, args: Any) -> None:
         batches = {"inline": lambda: rows.turns_per_second(inline_settings, sessions, per)}
         _measure(found, batches, mains, turns, rounds_of(scale))
     _rows(table, found)
+    _write_rows(table, found)
     notes.append(
         f"cpu: CPU (user + system, /proc) and context switches per turn of every process "
         f"by role, {sessions} sessions x {per} messages a batch, the median of "
-        f"{rounds_of(scale)} batches; the whole machine's CPU is about the sum."
+        f"{rounds_of(scale)} batches; the whole machine's CPU is about the sum. "
+        f"{WRITE_FLOOR}: the floor's hops each committing what a phase commits "
+        "(bench.floor_tasks.hop_write); its turns/s rows are the median of the batches' "
+        "ratios, each batch's systems run one after the other."
     )
 
 
 def _measure(
     found: dict[str, list[Usage]],
-    batches: dict[str, Callable[[], Any]],
+    batches: dict[str, Callable[[], float]],
     mains: set[int],
     turns: int,
     count: int,
@@ -161,6 +178,32 @@ def _rows(table: list[Row], found: dict[str, list[Usage]]) -> None:
         )
 
 
+def _write_rows(table: list[Row], found: dict[str, list[Usage]]) -> None:
+    """The floor + phase write against the floor (turns/s and CPU), and every_phase
+    against it: the durable write's share of the gap, and the rest's."""
+    floor, write = _median(found["floor"]), _median(found[WRITE_FLOOR])
+    table.append(
+        _paired(f"turns/s {WRITE_FLOOR}", found[WRITE_FLOOR], found["floor"], "floor: 6 hops")
+    )
+    table.append(
+        _paired("turns/s every_phase", found["every_phase"], found[WRITE_FLOOR], WRITE_FLOOR)
+    )
+    total = sum(write.cpu_s.values())
+    table.append(_row(f"CPU per turn {WRITE_FLOOR}", total, sum(floor.cpu_s.values()), "ms"))
+    for role in ROLES:
+        table.append(
+            _row(f"CPU per turn {WRITE_FLOOR} [{role}]", write.cpu_s[role], floor.cpu_s[role], "ms")
+        )
+
+
+def _paired(name: str, ours: list[Usage], base: list[Usage], base_name: str) -> Row:
+    """Medians of turns/s, with the median of the batch-by-batch ratios as the ratio (the
+    batches ran side by side; the machine's speed drifts between them)."""
+    ratio = statistics.median(a.per_second / b.per_second for a, b in zip(ours, base, strict=True))
+    baseline = statistics.median(b.per_second for b in base)
+    return Row(name, ratio * baseline, baseline, "turns/s", base_name)
+
+
 def _row(name: str, ours: float, floor: float, unit: str) -> Row:
     baseline_name = "floor: 6 hops, 1 commit each"
     return Row(name, ours, max(floor, 1e-9), unit, baseline_name, higher_is_better=False)
@@ -170,4 +213,5 @@ def _median(found: list[Usage]) -> Usage:
     return Usage(
         {r: statistics.median(u.cpu_s[r] for u in found) for r in ROLES},
         {r: round(statistics.median(u.switches[r] for u in found)) for r in ROLES},
+        statistics.median(u.per_second for u in found),
     )

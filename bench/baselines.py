@@ -2,6 +2,8 @@
 
 - bare chain: six ``agentstate.baseline.hop`` tasks, each enqueuing the next (no state);
 - floor: six ``agentstate.bench.hop`` tasks that each commit one prepared UPDATE;
+- floor + phase write: six ``agentstate.bench.hop_write`` tasks that each commit what a
+  phase commits, through the session store;
 - commit-once tasks: a workflow step's floor;
 - LangGraph in-process and one Celery task per turn; DBOS in-process.
 
@@ -87,6 +89,45 @@ def floor_per_second(settings: Settings, sessions: int, per_session: int) -> flo
         send(ids, key)
     total = sessions * per_session
     _wait_count(key, total, f"{total} floor chains")
+    return total / (time.perf_counter() - started)
+
+
+def write_sessions(prefix: str, count: int) -> list[str]:
+    """``count`` new sessions at revision 0 for the floor + phase write; their ids."""
+    from bench.floor_tasks import WRITE_USER
+    from state.sessions.rows import insert_session
+
+    ids = [f"{prefix}-{i}" for i in range(count)]
+    with get_engine(harness.DATABASE_URL).begin() as conn:
+        for session_id in ids:
+            insert_session(conn, session_id, WRITE_USER)
+    return ids
+
+
+def floor_write_per_second(settings: Settings, sessions: int, per_session: int) -> float:
+    """The floor with agentstate's phase write: turns of six ``hop_write`` hops per second.
+
+    As many chains at once as the floor sends (``sessions`` x ``per_session``), each on a
+    session of its own: a hop's commit is guarded by the revision it carries, so two
+    chains on one session would refuse each other's writes.
+    """
+    app = make_app(settings)
+    prefix = f"write-{uuid.uuid4().hex[:6]}"
+    total = sessions * per_session
+    ids = write_sessions(prefix, total)
+    warm_ids = write_sessions(f"{prefix}-warm", 8)
+
+    def send(session_ids: list[str], key: str) -> None:
+        for session_id in session_ids:
+            app.send_task("agentstate.bench.hop_write", args=[HOPS, session_id, 0, key])
+
+    warm_key = f"bench:warm:{uuid.uuid4().hex}"
+    send(warm_ids, warm_key)
+    _wait_count(warm_key, len(warm_ids), "warm-up floor + write chains")
+    key = f"bench:floor-write:{uuid.uuid4().hex}"
+    started = time.perf_counter()
+    send(ids, key)
+    _wait_count(key, total, f"{total} floor + write chains")
     return total / (time.perf_counter() - started)
 
 

@@ -136,7 +136,34 @@ def test_the_cpu_row_counts_each_role(bench_target: None) -> None:
         parts = sum(by_name[f"CPU per turn {name} [{r}]"].ours for r in anatomy.ROLES)
         assert by_name[f"CPU per turn {name}"].ours == pytest.approx(parts)
         assert by_name[f"context switches per turn {name}"].ours > 0
+    write = anatomy.WRITE_FLOOR
+    for role in ("children", "worker main", "Postgres", "client"):
+        assert by_name[f"CPU per turn {write} [{role}]"].ours > 0, role
+    assert by_name[f"turns/s {write}"].ours > 0
     assert any(note.startswith("cpu:") for note in notes)
+    _each_write_hop_committed_a_phase()
+
+
+def _each_write_hop_committed_a_phase() -> None:
+    """The floor + phase write's chains wrote what phases write: each of its sessions is
+    at revision 6, with six phase_committed events and a revision record for each."""
+    from bench.floor_tasks import WRITE_USER
+
+    engine = create_engine(harness.DATABASE_URL)
+    with engine.connect() as conn:
+        found = conn.execute(
+            text(
+                "SELECT s.revision, s.phase,"
+                " (SELECT count(*) FROM events e WHERE e.session_id = s.session_id"
+                "  AND e.kind = 'phase_committed'),"
+                " (SELECT count(*) FROM revisions r WHERE r.session_id = s.session_id)"
+                " FROM sessions s WHERE s.user_id = :user"
+            ),
+            {"user": WRITE_USER},
+        ).all()
+    engine.dispose()
+    assert found, "no floor + phase write session"
+    assert {tuple(row) for row in found} == {(6, "understanding", 6, 7)}
 
 
 def test_the_completion_poll_reads_only_the_polled_sessions(bench_target: None) -> None:
