@@ -93,7 +93,7 @@ class AgentClient(ApprovalControl, Timeline):
             require_key(idempotency_key)
         item = self.inbox.accept(session_id, user_id, text, idempotency_key)
         try:
-            if item.needs_kick:  # else the running turn takes it from the inbox when it ends
+            if item.needs_kick:  # else a running turn, or the one already kicked, takes it
                 self._kick(session_id, item.session_revision)
         finally:
             # After the kick, which is what the turn waits for: its message_accepted event

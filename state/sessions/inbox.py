@@ -101,7 +101,8 @@ class Inbox:
             log.insert_numbered(conn, session_id, [accepted], last=int(event_seq), at=at)
         else:
             log.append(conn, session_id, [accepted])
-        needs_kick = phase in RESTING_PHASES
+        # Read after the row lock: a message that started its turn meanwhile shows so.
+        needs_kick = owes_kick(str(phase), has_queued(conn, session_id, before=int(seq)))
         return InboxItem(
             message_id, session_id, int(seq), text, InboxState.QUEUED, now, needs_kick, revision
         )
@@ -149,6 +150,14 @@ def _queued_count(session_id: str) -> Select[int]:
     )
 
 
+def owes_kick(phase: str, behind: bool) -> bool:
+    """Whether a message just accepted must kick its session: only a resting session with
+    no earlier message waiting (``behind``). Mid-turn, the commit ending the turn takes the
+    next message; behind a waiting message, that message's kick starts a turn that goes on
+    to this one (and if that kick was lost, the recovery sweep sends it again)."""
+    return phase in RESTING_PHASES and not behind
+
+
 def _by_key(conn: Connection, session_id: str, key: str, text: str) -> InboxItem | None:
     """The message accepted earlier under ``key``, if any (same text, or a conflict)."""
     row = conn.execute(
@@ -166,13 +175,13 @@ def _by_key(conn: Connection, session_id: str, key: str, text: str) -> InboxItem
     )
 
 
-def has_queued(conn: Connection, session_id: str) -> bool:
-    """Whether a message of the session waits in the inbox (inside ``conn``)."""
-    row = conn.execute(
-        select(inbox.c.message_id)
-        .where(inbox.c.session_id == session_id, inbox.c.state == InboxState.QUEUED)
-        .limit(1)
-    ).first()
+def has_queued(conn: Connection, session_id: str, before: int | None = None) -> bool:
+    """Whether a message of the session (one whose seq is below ``before``, if given)
+    waits in the inbox (inside ``conn``)."""
+    where = [inbox.c.session_id == session_id, inbox.c.state == InboxState.QUEUED]
+    if before is not None:
+        where.append(inbox.c.seq < before)
+    row = conn.execute(select(inbox.c.message_id).where(*where).limit(1)).first()
     return row is not None
 
 

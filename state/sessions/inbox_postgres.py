@@ -3,10 +3,13 @@ statement (one round trip, autocommit), and a turn reads its message with anothe
 
 The statement does what the portable accept does in its transaction: it takes the
 session row (bumping the inbox and event counters under its lock, so sequence numbers
-follow commit order), inserts the message and its ``message_accepted`` event, and
-returns the phase the session was in. It only matches the session's own user; a new
-session, another user's session or an idempotency key take the portable path, which
-creates the row, refuses the caller or looks the key up. (The user is compared with IS NOT
+follow commit order) and inserts the message and its ``message_accepted`` event. A second
+statement in the same query message (one transaction, with a snapshot taken after the
+row lock) returns the phase the session is in and whether an earlier message of the
+session still waits: then that message's kick is on its way, and this one needs none.
+It only matches the session's own user; a new session, another user's session or an
+idempotency key take the portable path, which creates the row, refuses the caller or
+looks the key up. (The user is compared with IS NOT
 DISTINCT FROM, no index condition: the row is found by its key, never by a scan of the
 user's sessions in ix_sessions_user_created, which a cached generic plan may choose.)
 """
@@ -17,8 +20,7 @@ from sqlalchemy import Engine
 
 from state.clock import as_utc, utcnow
 from state.ids import new_id
-from state.machine import RESTING_PHASES
-from state.sessions.inbox import Inbox
+from state.sessions.inbox import Inbox, owes_kick
 from state.sessions.snapshot import InboxItem, InboxState
 from state.storage import prepared
 from state.storage.db import autocommit_engine
@@ -39,7 +41,22 @@ WITH s AS (
     jsonb_build_object('message_id', %(message_id)s::text, 'text', %(text)s::text)
   FROM s
 )
-SELECT inbox_seq, phase, revision FROM s""",
+SELECT set_config('agentstate.accepted', count(*)::text, true) FROM s""",
+)
+
+# After the accept, under its row lock and with a snapshot of its own: the session row as
+# the accept left it, and whether an earlier message still waits for its turn (read in the
+# accept's own snapshot, a turn that started and ended that message meanwhile would look
+# as if it still waited, and this message would wait for the sweep). Nothing if the
+# accept matched no row.
+_ACCEPTED = prepared.prepare(
+    "agentstate_accepted_message",
+    """
+SELECT s.inbox_seq, s.phase, s.revision, EXISTS (
+  SELECT 1 FROM inbox q
+  WHERE q.session_id = s.session_id AND q.state = 'queued' AND q.seq < s.inbox_seq)
+FROM sessions s
+WHERE s.session_id = %(session_id)s AND current_setting('agentstate.accepted', true) = '1'""",
 )
 
 _NEXT = prepared.prepare(
@@ -72,11 +89,12 @@ class PostgresInbox(Inbox):
             "text": text,
             "now": now,
         }
-        row = prepared.first(self.statements.rows(self.autocommit, [(_ACCEPT, params)]))
+        parts = [(_ACCEPT, params), (_ACCEPTED, params)]
+        row = prepared.first(self.statements.rows(self.autocommit, parts))
         if row is None:  # a new session, or not this user's: the portable path decides
             return super().accept(session_id, user_id, text)
-        seq, phase, revision = tuple(row)
-        needs_kick = phase in RESTING_PHASES
+        seq, phase, revision, behind = tuple(row)
+        needs_kick = owes_kick(phase, behind)
         return InboxItem(
             message_id,
             session_id,

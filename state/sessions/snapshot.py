@@ -195,8 +195,10 @@ class InboxItem:
     text: str
     state: InboxState
     created_at: datetime
-    # Whether the session was resting when the message arrived. A message that arrives
-    # mid-turn needs no kick: the commit that ends the turn locks the same row after
-    # this one committed, so its check of the inbox is certain to see the message.
+    # Whether the session was resting, with no earlier message waiting, when the message
+    # arrived (``state.sessions.inbox.owes_kick``). A message that arrives mid-turn needs
+    # no kick: the commit that ends the turn locks the same row after this one committed,
+    # so its check of the inbox is certain to see the message. One behind a waiting
+    # message needs none either: the turn that message's kick starts goes on to it.
     needs_kick: bool = True
     session_revision: int | None = None  # the session's revision when the message arrived

@@ -1,8 +1,9 @@
 """The hot path's prepared statements find their rows by key under the plan Postgres
 caches for them (the generic plan, used from a statement's sixth run on a connection):
 a session's commit and a message's accept read the session row by its primary key, not
-by a scan of its user's or its phase's sessions; the end of a turn and the start of the
-next read only the session's queued messages, not every message it ever had."""
+by a scan of its user's or its phase's sessions; the end of a turn, the start of the
+next and an accept's check for an earlier waiting message read only the session's queued
+messages, not every message it ever had."""
 
 from __future__ import annotations
 
@@ -96,8 +97,9 @@ def _generic_plan(conn: Connection, statement: prepared.Prepared) -> dict[str, A
         store_postgres.statement(0, 0, True, strict=True),
         store_postgres.statement(0, 0),
         inbox_postgres._ACCEPT,
+        inbox_postgres._ACCEPTED,
     ],
-    ids=["bound", "bound-ending-turn", "bound-staged", "unbound", "accept"],
+    ids=["bound", "bound-ending-turn", "bound-staged", "unbound", "accept", "accepted"],
 )
 def test_a_session_row_is_found_by_its_key(crowded: Connection, statement: Any) -> None:
     scans = _scans(_generic_plan(crowded, statement), "sessions")
@@ -106,8 +108,8 @@ def test_a_session_row_is_found_by_its_key(crowded: Connection, statement: Any) 
 
 @pytest.mark.parametrize(
     "statement",
-    [store_postgres._APPLIED_AND_QUEUED, inbox_postgres._NEXT],
-    ids=["queued-after-commit", "next-queued"],
+    [store_postgres._APPLIED_AND_QUEUED, inbox_postgres._NEXT, inbox_postgres._ACCEPTED],
+    ids=["queued-after-commit", "next-queued", "queued-before-accepted"],
 )
 def test_only_the_sessions_queued_messages_are_read(crowded: Connection, statement: Any) -> None:
     scans = _scans(_generic_plan(crowded, statement), "inbox")

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from config import Settings
 from config.settings import DbPooler
@@ -187,6 +187,46 @@ def test_a_turn_end_sees_a_message_committed_while_it_waited_for_the_row(
     assert len(results) == 1 and results[0].queued
 
 
+@pytest.mark.parametrize("portable", [False, True], ids=["one-statement", "portable"])
+@pytest.mark.parametrize("pooler", [DbPooler.NONE, DbPooler.PGBOUNCER])
+def test_an_accept_behind_a_turn_that_ran_while_it_waited_for_the_row_still_kicks(
+    pg_settings: Settings, pooler: DbPooler, portable: bool
+) -> None:
+    """A message accepted behind a waiting one needs no kick, unless that message's whole
+    turn ran while this accept waited for the session row: then it is the only message
+    waiting in a resting session, and without its kick it would wait for the sweep. (Read
+    in the accept's own snapshot, taken before the wait, the earlier message would still
+    look queued.)"""
+    backend = Backend.build(pg_settings.model_copy(update={"db_pooler": pooler}))
+    fast = Inbox.for_engine(backend.engine, backend.statements)
+    inbox_ = Inbox(backend.engine) if portable else fast
+    session_id = uid("s")
+    first = inbox_.accept(session_id, "frank", "first")
+    assert first.needs_kick
+    results: list[Any] = []
+    with backend.engine.begin() as conn:  # a turn that takes the first message from start to end
+        conn.execute(
+            update(sessions)
+            .where(sessions.c.session_id == session_id)
+            .values(revision=sessions.c.revision + 2)
+        )
+        conn.execute(
+            update(inbox)
+            .where(inbox.c.message_id == first.message_id)
+            .values(state=InboxState.ANSWERED)
+        )
+        accepting = threading.Thread(
+            target=lambda: results.append(inbox_.accept(session_id, "frank", "second"))
+        )
+        accepting.start()
+        time.sleep(0.3)  # the accept now waits for the row this transaction holds
+        assert results == []
+    accepting.join(10)
+    assert len(results) == 1 and results[0].needs_kick and results[0].session_revision == 2
+    third = inbox_.accept(session_id, "frank", "third")
+    assert not third.needs_kick  # the second is waiting, and its kick is on its way
+
+
 @pytest.mark.parametrize("pooler", [DbPooler.NONE, DbPooler.PGBOUNCER])
 def test_a_stale_turn_end_writes_nothing_and_reports_nothing_queued(
     pg_settings: Settings, pooler: DbPooler
@@ -219,7 +259,8 @@ def test_both_accept_paths_leave_the_same_rows(pg_settings: Settings, pooler: Db
     first, second = uid("s"), uid("s")
     for inbox_, session_id in ((portable, first), (fast, second)):
         items = [inbox_.accept(session_id, "erin", f"message {n}") for n in range(3)]
-        assert [item.needs_kick for item in items] == [True, True, True]  # idle session
+        # Resting: the first kicks; the others wait behind it, for the turn it starts.
+        assert [item.needs_kick for item in items] == [True, False, False]
         snap = store.load_from_database(session_id)
         assert snap is not None
         change = SessionChange(phase=Phase.PLANNING, status=SessionStatus.ACTIVE, doc=snap.doc)

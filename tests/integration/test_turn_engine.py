@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import update
 
 from config import HopPolicy, Settings
 from state.agent import PhaseContext, PhaseResult, load_agent
+from state.clock import utcnow
 from state.dispatch import RecordingDispatcher
 from state.errors import LockLostError
 from state.machine import Phase
+from state.recovery.sweep import RecoverySweep
 from state.sessions.snapshot import SessionChange
 from state.storage import keys
 from state.storage.backend import Backend
-from state.storage.tables import sessions
+from state.storage.tables import inbox, sessions
 from state.turns.draft import Delivery, PhaseOutcome
 from state.turns.engine import TurnEngine
 from state.turns.services import TurnServices
-from tasks.actions import known_actions
+from state.workflows.engine import WorkflowEngine
+from state.workflows.store import WorkflowStore
+from tasks.actions import get_action, known_actions
 from tests.support import make_settings, uid
 
 
@@ -108,6 +113,53 @@ def test_a_message_arriving_mid_turn_needs_no_kick_and_is_answered(settings: Set
     drain(engine, dispatcher)
     contents = [m["content"] for m in engine.services.sessions.history(session_id)]
     assert contents == ["what is 1+1?", "1+1 = 2", "what is 2+2?", "2+2 = 4"]
+
+
+@pytest.mark.parametrize("policy", [HopPolicy.EVERY_PHASE, HopPolicy.INLINE])
+def test_a_burst_to_a_resting_session_kicks_once_and_each_message_is_answered(
+    settings: Settings, policy: HopPolicy
+) -> None:
+    """Messages sent to a resting session before its turn starts: the first kicks, the
+    turn it starts goes on to the others (a kick each would be a task each that finds the
+    session busy); once all are answered, the next message kicks again."""
+    engine, dispatcher = engine_for(settings.model_copy(update={"hop_policy": policy}))
+    session_id = uid("s")
+    for n in range(4):
+        send(engine, dispatcher, session_id, f"what is {n}+{n}?")
+    kicks = [args for kind, args in dispatcher.sent if args[0] == Phase.UNDERSTANDING]
+    assert len(kicks) == 1
+    drain(engine, dispatcher)
+    history = engine.services.sessions.history(session_id)
+    assert [m["content"] for m in history] == [
+        text for n in range(4) for text in (f"what is {n}+{n}?", f"{n}+{n} = {2 * n}")
+    ]
+    later = engine.services.inbox.accept(session_id, "u-1", "what is 5+5?")
+    assert later.needs_kick
+
+
+def test_a_lost_kick_of_a_burst_is_sent_again_by_the_sweep(settings: Settings) -> None:
+    """The one kick of a burst lost with the broker: the messages behind it sent none, and
+    the recovery sweep starts the turn, which answers them all."""
+    engine, dispatcher = engine_for(settings)
+    session_id = uid("s")
+    items = [engine.services.inbox.accept(session_id, "u-1", f"what is {n}*3?") for n in (1, 2)]
+    assert [item.needs_kick for item in items] == [True, False]  # the kick: lost
+    long_ago = utcnow() - timedelta(hours=1)
+    with engine.services.sessions.engine.begin() as conn:  # waiting, untouched, for an hour
+        waiting = inbox.c.session_id == session_id
+        conn.execute(update(inbox).where(waiting).values(created_at=long_ago))
+        untouched = sessions.c.session_id == session_id
+        conn.execute(update(sessions).where(untouched).values(updated_at=long_ago))
+    workflows = WorkflowEngine(
+        WorkflowStore.for_engine(engine.services.sessions.engine), dispatcher, get_action, settings
+    )
+    RecoverySweep(engine.services, engine.interventions, workflows).run()
+    # (The sweep also meets other tests' sessions in a shared database: only ours run.)
+    dispatcher.sent[:] = [(kind, args) for kind, args in dispatcher.sent if args[1] == session_id]
+    assert dispatcher.sent == [("phase", (Phase.UNDERSTANDING, session_id, None))]
+    drain(engine, dispatcher)
+    contents = [m["content"] for m in engine.services.sessions.history(session_id)]
+    assert contents == ["what is 1*3?", "1*3 = 3", "what is 2*3?", "2*3 = 6"]
 
 
 @pytest.mark.parametrize("policy", [HopPolicy.EVERY_PHASE, HopPolicy.INLINE])
