@@ -9,9 +9,9 @@ row lock) returns the phase the session is in and whether an earlier message of 
 session still waits: then that message's kick is on its way, and this one needs none.
 It only matches the session's own user; a new session, another user's session or an
 idempotency key take the portable path, which creates the row, refuses the caller or
-looks the key up. (The user is compared with IS NOT
-DISTINCT FROM, no index condition: the row is found by its key, never by a scan of the
-user's sessions in ix_sessions_user_created, which a cached generic plan may choose.)
+looks the key up. (The user is compared with IS NOT DISTINCT FROM, no index condition:
+the row is found by its key, never by a scan of the user's sessions in
+ix_sessions_user_created, which a cached generic plan may choose.)
 """
 
 from __future__ import annotations
