@@ -30,22 +30,23 @@ COMPARED = ("session_id", "user_id", "phase", "_version", "message_history", "qu
 
 
 def exercise(client: AgentClient, session_id: str, expected: dict[str, Any]) -> dict[str, Any]:
-    """READS reads of an existing session, and SENDS messages to a new session of its
-    own; every exception and every wrong answer counts as an error."""
-    own_session, errors = uid("fork"), []
+    """READS reads of an existing session, and SENDS messages, each to a new session of
+    its own (so that each one kicks its session: a message behind a waiting one would
+    not); every exception and every wrong answer counts as an error."""
+    own_sessions, errors = [uid("fork") for _ in range(SENDS)], []
     for i in range(READS):
         try:
             doc = client.get_session(session_id)
             if doc is None or {key: doc[key] for key in COMPARED} != expected:
                 errors.append(f"get_session read back {doc!r:.200}")
             if i % (READS // SENDS) == 0:
-                send(client, own_session)
+                send(client, own_sessions[i // (READS // SENDS)])
         except Exception:
             errors.append(traceback.format_exc(limit=3))
     return {
         "errors": len(errors),
         "first": errors[:MAX_REPORTED],
-        "session": own_session,
+        "sessions": own_sessions,
         # Object ids survive fork(): equal ids mean the very pool the parent made.
         "broker_pool": id(client.dispatcher.app.pool),
     }
@@ -113,10 +114,11 @@ def test_a_client_made_before_fork_works_in_every_child_and_the_parent(pg_url: s
         assert (status, report["errors"]) == (0, 0), report["first"]
         assert report["broker_pool"] != parent["broker_pool"], "the parent's broker connections"
     assert parent["errors"] == 0, parent["first"]
-    # Every message each process sent is stored in its session and enqueued once.
+    # Every message each process sent is stored in its session and its kick enqueued once.
     for report in [parent, *(report for _, report in results)]:
-        doc = client.get_session(report["session"])
-        assert doc is not None and doc["queued"] == SENDS, (report["session"], doc)
+        for own_session in report["sessions"]:
+            doc = client.get_session(own_session)
+            assert doc is not None and doc["queued"] == 1, (own_session, doc)
     assert redis.Redis.from_url(settings.broker_url).llen(settings.queue) == 1 + SENDS * (
         CHILDREN + 1
     )
