@@ -68,12 +68,30 @@ def crowded(pg_settings: Settings, request: pytest.FixtureRequest) -> Iterator[C
 
 
 def _scans(plan: dict[str, Any], table: str) -> list[str]:
-    """How each node of ``plan`` reading ``table`` reads it (its index, or its node type)."""
+    """How each node of ``plan`` reading ``table`` reads it (its index, or its node type).
+
+    A bitmap heap scan reads the table through the bitmap index scans under it: those
+    indexes are what it reads by (the planner picks it or a plain index scan by cost,
+    which a few rows more or less in the table can tip either way)."""
     found = []
     if plan.get("Relation Name") == table and "Scan" in plan["Node Type"]:
-        found.append(plan.get("Index Name") or plan["Node Type"])
+        if plan["Node Type"] == "Bitmap Heap Scan":
+            found.extend(_bitmap_indexes(plan) or [plan["Node Type"]])
+        else:
+            found.append(plan.get("Index Name") or plan["Node Type"])
     for child in plan.get("Plans", []):
         found.extend(_scans(child, table))
+    return found
+
+
+def _bitmap_indexes(plan: dict[str, Any]) -> list[str]:
+    """The indexes the bitmap index scans under ``plan`` read (through BitmapAnd/Or)."""
+    found = []
+    for child in plan.get("Plans", []):
+        if child["Node Type"] == "Bitmap Index Scan":
+            found.append(child["Index Name"])
+        else:
+            found.extend(_bitmap_indexes(child))
     return found
 
 
