@@ -10,6 +10,7 @@ decided in time (``by == "expired"``) through the same path.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Engine, select
@@ -21,7 +22,7 @@ from state.clock import utcnow
 from state.documents.codec import Document
 from state.errors import ApprovalAlreadyDecidedError, NotFoundError
 from state.events import log
-from state.storage.db import read_connection
+from state.storage.db import read_connection, retried_on_conflict
 from state.storage.tables import approvals
 from state.turns.interventions import TurnInterventions
 from state.workflows.control import lock_workflow
@@ -108,29 +109,45 @@ class ApprovalDesk:
                 _require_undecided(rows.read(conn, approval_id) or {})
 
     def _decide_step(self, approval: Document, decision: Decision) -> None:
-        workflow_id, step_id = str(approval["workflow_id"]), str(approval["step_id"])
-        store = self.workflows.store
-        ready: Any = None
-        completion: Completion | None = None
-        with self.engine.begin() as conn:
-            # The workflow's row first: the order every writer of a workflow takes.
-            lock_workflow(conn, workflow_id)
-            decided = rows.decide(conn, str(approval["approval_id"]), decision)
-            if decided is None:
-                _require_undecided(rows.read(conn, str(approval["approval_id"])) or {})
-                return
-            if decision.approve:
-                ready = store.approve_in(conn, workflow_id, step_id)
-            else:
-                completion = store.reject_in(conn, workflow_id, step_id)
-            if approval["session_id"]:
-                log.append(conn, str(approval["session_id"]), [rows.decided_event(decided)])
+        workflow_id = str(approval["workflow_id"])
+        # A rejection skips the step's dependents, rows a sibling's success may hold while
+        # it waits for the workflow's: after a deadlock the decision runs again.
+        applied = retried_on_conflict(partial(self._step_decided, approval, decision))
+        if applied is None:
+            return
+        ready, completion = applied
         if ready is not None:
             self.workflows.dispatcher.step(workflow_id, *ready)
         if completion is not None:
             self.workflows.follow(completion)
         elif approval["session_id"] and self.workflows.notifier is not None:
             self.workflows.notifier.session(str(approval["session_id"]))
+
+    def _step_decided(
+        self, approval: Document, decision: Decision
+    ) -> tuple[Any, Completion | None] | None:
+        """Record a step's decision and apply it, in one transaction: the step to dispatch
+        (approved and ready) and the completion to follow (rejected); None if nothing was
+        recorded."""
+        workflow_id, step_id = str(approval["workflow_id"]), str(approval["step_id"])
+        store = self.workflows.store
+        with self.engine.begin() as conn:
+            # The workflow's row first: the order every writer of a workflow but a step's
+            # success takes.
+            lock_workflow(conn, workflow_id)
+            decided = rows.decide(conn, str(approval["approval_id"]), decision)
+            if decided is None:
+                _require_undecided(rows.read(conn, str(approval["approval_id"])) or {})
+                return None
+            ready: Any = None
+            completion: Completion | None = None
+            if decision.approve:
+                ready = store.approve_in(conn, workflow_id, step_id)
+            else:
+                completion = store.reject_in(conn, workflow_id, step_id)
+            if approval["session_id"]:
+                log.append(conn, str(approval["session_id"]), [rows.decided_event(decided)])
+            return ready, completion
 
 
 def _require_undecided(approval: Document) -> None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import threading
+import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, Table, create_engine, event, text
 from sqlalchemy.dialects import postgresql, sqlite
@@ -23,6 +26,12 @@ logger = logging.getLogger(__name__)
 SCHEMA_DIR = Path(__file__).with_name("schema")
 # Any constant works; it only has to be the same in every process that upgrades.
 _UPGRADE_LOCK_KEY = 0x61676E74
+# Postgres ends one transaction of a deadlock (40P01) or a serialization failure (40001)
+# having done nothing; running it again is how Postgres means them to be handled.
+_CONFLICT_SQLSTATES = frozenset({"40P01", "40001"})
+CONFLICT_ATTEMPTS = 5
+_CONFLICT_BACKOFF_S = 0.01
+T = TypeVar("T")
 _SQLITE_BUSY_TIMEOUT_S = 30
 _READ_ONLY = "agentstate_read_only"
 
@@ -215,3 +224,30 @@ def ensure_schema(engine: Engine) -> None:
     if current_revision(engine) != head_revision(engine):
         logger.info("upgrading database schema at %s", redact_url(str(engine.url)))
         upgrade_schema(engine)
+
+
+def lost_conflict(exc: BaseException) -> bool:
+    """Whether ``exc`` is Postgres ending a transaction to break a deadlock or a
+    serialization conflict (nothing of it was written)."""
+    return isinstance(exc, DBAPIError) and getattr(exc.orig, "pgcode", None) in _CONFLICT_SQLSTATES
+
+
+def retried_on_conflict(transaction: Callable[[], T], attempts: int = CONFLICT_ATTEMPTS) -> T:
+    """Run ``transaction`` (a whole transaction: it begins and commits its own), again
+    after a short jittered pause when Postgres ended it to break a deadlock.
+
+    For transactions that lock many rows of a workflow in an order that a step's own
+    commit may take the other way round (a cancel skipping every open step, a retry, a
+    decision skipping a rejected step's dependents): whichever of the two Postgres picks
+    runs again and lands. The last attempt's error is raised.
+    """
+    for attempt in range(attempts - 1):
+        try:
+            return transaction()
+        except DBAPIError as exc:
+            if not lost_conflict(exc):
+                raise
+            code = getattr(exc.orig, "pgcode", None)
+            logger.info("Postgres ended a transaction (SQLSTATE %s); running it again", code)
+            time.sleep(random.uniform(0, _CONFLICT_BACKOFF_S * 2**attempt))
+    return transaction()

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import time
 
+from sqlalchemy.exc import DBAPIError
+
 from state.approvals.rows import Decision
 from state.documents.codec import Document
 from state.errors import NotFoundError, StaleStateError
 from state.events.log import WORKFLOW_FINISHED
 from state.machine import RESTING_PHASES, Phase, Trigger
 from state.sessions.snapshot import Snapshot
+from state.storage.db import lost_conflict
 from state.turns import rules
 from state.turns.deadlines import deadline_passed
 from state.turns.draft import Draft, PhaseOutcome
@@ -66,6 +69,13 @@ class TurnInterventions:
                 self._force_commit(snap, draft, "cancelled")
             except StaleStateError:
                 continue  # the turn moved on: look again
+            except DBAPIError as exc:
+                # Cancelling the workflow the turn waits on locks its steps after its
+                # row, where a step's success locks them before: Postgres may end one to
+                # break the deadlock. Nothing was written: look again.
+                if not lost_conflict(exc):
+                    raise
+                continue
             return True
         raise StaleStateError(f"session {session_id}: the turn kept moving; cancel again")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, Engine, select, update
 
 from state.approvals import rows as approval_rows
 from state.clock import utcnow
@@ -34,6 +34,22 @@ def lock_workflow(conn: Connection, workflow_id: str) -> None:
         .where(workflows.c.workflow_id == workflow_id)
         .with_for_update()
     )
+
+
+def cancel(engine: Engine, workflow_id: str) -> Finished | None:
+    """Cancel a running workflow in a transaction of its own, its session told; None if
+    it was not running."""
+    with engine.begin() as conn:
+        finished = cancel_in(conn, workflow_id)
+        if finished is not None:
+            tell_session(conn, finished)
+        return finished
+
+
+def retry(engine: Engine, workflow_id: str, approval_ttl_s: float) -> list[Dispatch] | None:
+    """:func:`retry_in` in a transaction of its own."""
+    with engine.begin() as conn:
+        return retry_in(conn, workflow_id, approval_ttl_s)
 
 
 def cancel_in(conn: Connection, workflow_id: str) -> Finished | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Connection, Engine, func, or_, select, update
@@ -19,7 +20,7 @@ from state.clock import utcnow
 from state.documents import codec
 from state.documents.codec import Document
 from state.events import log
-from state.storage.db import is_postgres, read_connection
+from state.storage.db import is_postgres, read_connection, retried_on_conflict
 from state.storage.prepared import PREPARED, Statements
 from state.storage.tables import steps, workflows
 from state.workflow import WorkflowState, WorkflowStatus, WorkflowStepStatus
@@ -196,20 +197,18 @@ class WorkflowStore(WorkflowReads):
         return claimed.revision + 1
 
     def cancel_workflow(self, workflow_id: str) -> Finished | None:
-        """Cancel a running workflow in one transaction; None if it was not running."""
-        with self.engine.begin() as conn:
-            finished = control.cancel_in(conn, workflow_id)
-            if finished is not None:
-                control.tell_session(conn, finished)
-            return finished
+        """Cancel a running workflow in one transaction; None if it was not running. It
+        locks the workflow's row, then its open steps, where a step's success locks its
+        own rows first: after a deadlock between the two it runs again."""
+        return retried_on_conflict(partial(control.cancel, self.engine, workflow_id))
 
     def retry_workflow(
         self, workflow_id: str, approval_ttl_s: float = DEFAULT_APPROVAL_TTL_S
     ) -> list[Dispatch] | None:
         """Reopen a failed or cancelled workflow in one transaction; return the steps ready
-        now, or None if it was neither."""
-        with self.engine.begin() as conn:
-            return control.retry_in(conn, workflow_id, approval_ttl_s)
+        now, or None if it was neither (run again after a deadlock, as a cancel is)."""
+        reopen = partial(control.retry, self.engine, workflow_id, approval_ttl_s)
+        return retried_on_conflict(reopen)
 
     def arm_timer(self, workflow_id: str, step_id: str, revision: int) -> float | None:
         """Start a ready step's durable timer (once); return when it runs out, or None if
