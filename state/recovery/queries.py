@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from sqlalchemy import Engine, and_, or_, select, update
+from sqlalchemy import Engine, Select, and_, or_, select, update
 
 from state.clock import utcnow
 from state.events import revisions
@@ -44,23 +44,28 @@ def sessions_waiting_in_inbox(engine: Engine, cutoff: datetime, limit: int) -> l
     (its kick may be lost). A recovery attempt touches the session, so each is retried at
     most once per ``stuck_after``."""
     with read_connection(engine) as conn:
-        rows = conn.execute(
-            select(sessions.c.session_id)
+        return [r[0] for r in conn.execute(waiting_in_inbox_query(cutoff, limit))]
+
+
+def waiting_in_inbox_query(cutoff: datetime, limit: int) -> Select[str]:
+    """The query :func:`sessions_waiting_in_inbox` runs (its waiting messages are found
+    through the partial index of queued ones, ``ix_inbox_session_queued``)."""
+    return (
+        select(sessions.c.session_id)
+        .where(
+            sessions.c.phase.in_(tuple(RESTING_PHASES)),
+            sessions.c.updated_at < cutoff,
+            select(inbox.c.message_id)
             .where(
-                sessions.c.phase.in_(tuple(RESTING_PHASES)),
-                sessions.c.updated_at < cutoff,
-                select(inbox.c.message_id)
-                .where(
-                    inbox.c.session_id == sessions.c.session_id,
-                    inbox.c.state == InboxState.QUEUED,
-                    inbox.c.created_at < cutoff,
-                )
-                .exists(),
+                inbox.c.session_id == sessions.c.session_id,
+                inbox.c.state == InboxState.QUEUED,
+                inbox.c.created_at < cutoff,
             )
-            .order_by(sessions.c.updated_at)
-            .limit(limit)
+            .exists(),
         )
-        return [r[0] for r in rows]
+        .order_by(sessions.c.updated_at)
+        .limit(limit)
+    )
 
 
 def note_session_recovery(engine: Engine, snapshot: Snapshot, *, count: bool = True) -> int | None:

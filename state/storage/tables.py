@@ -148,7 +148,6 @@ class InboxRow(Base):
 
     __table_args__ = (
         UniqueConstraint("session_id", "seq", name="uq_inbox_session_seq"),
-        Index("ix_inbox_state_created", "state", "created_at"),
         Index("uq_inbox_session_key", "session_id", "idempotency_key", unique=True),
         # A session's queued messages, in order: what a turn reads next (only queued rows,
         # so the read does not grow with the session's answered ones).

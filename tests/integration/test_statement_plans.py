@@ -3,7 +3,8 @@ caches for them (the generic plan, used from a statement's sixth run on a connec
 a session's commit and a message's accept read the session row by its primary key, not
 by a scan of its user's or its phase's sessions; the end of a turn, the start of the
 next and an accept's check for an earlier waiting message read only the session's queued
-messages, not every message it ever had."""
+messages, not every message it ever had, nor every session's queued ones; the sweep
+finds waiting messages among the queued ones only."""
 
 from __future__ import annotations
 
@@ -12,58 +13,88 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection, Engine, insert
 
-from config import Settings
+from state.recovery import queries
 from state.sessions import inbox_postgres, store_postgres
 from state.storage import prepared
 from state.storage.backend import Backend
+from state.storage.db import upgrade_schema
 from state.storage.tables import inbox, sessions
+from tests.support import PG_SERVER, TEST_DB, drop_database, make_settings, recreate_database
 
 USER, PHASE, CROWD = "plan-user", "planning", 400
+# Answered messages of each of the crowd's other sessions: an inbox that is almost all
+# answered messages, as in use (a message waits only for moments), so that statistics
+# taken from it say almost nothing is ever queued.
+ANSWERED_EACH = 15
 
 
-@pytest.fixture(params=[False, True], ids=["stale-statistics", "analyzed"])
-def crowded(pg_settings: Settings, request: pytest.FixtureRequest) -> Iterator[Connection]:
-    """A connection in a transaction (undone after the test) where one user has many
-    sessions in one phase and one session has many answered messages; the tables
-    analyzed, or not (the statistics the plans are made from are the older ones)."""
-    engine = Backend.build(pg_settings).engine
-    now = datetime.now(UTC)
-    with engine.connect() as conn:
-        conn.execute(
-            insert(sessions),
-            [
-                {
-                    "session_id": f"plan-{i:04d}",
-                    "user_id": USER,
-                    "phase": PHASE,
-                    "doc": "{}",
-                    "created_at": now,
-                    "updated_at": now,
-                }
-                for i in range(CROWD)
-            ],
-        )
-        conn.execute(
-            insert(inbox),
-            [
-                {
-                    "message_id": f"plan-msg-{i}",
-                    "session_id": "plan-0000",
-                    "seq": i,
-                    "text": "old",
-                    "state": "answered",
-                    "created_at": now,
-                }
-                for i in range(CROWD)
-            ],
-        )
-        if request.param:
+@pytest.fixture(scope="module", params=[False, True], ids=["stale-statistics", "analyzed"])
+def crowded_db(pg_url: str, request: pytest.FixtureRequest) -> Iterator[Engine]:
+    """A database of its own where one user has many sessions in one phase, one session
+    many answered messages and the others a few each, none queued, all committed: the
+    plans depend on nothing earlier tests left behind. Analyzed, or never (autovacuum off,
+    so the statistics stay the empty tables')."""
+    name = f"{TEST_DB}_plans"
+    recreate_database(name)
+    engine = Backend.build(make_settings(f"{PG_SERVER}/{name}")).engine
+    upgrade_schema(engine)
+    with engine.begin() as conn:
+        for table in ("sessions", "inbox"):
+            conn.exec_driver_sql(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+        conn.execute(insert(sessions), _crowd_sessions())
+        conn.execute(insert(inbox), _crowd_messages())
+    if request.param:
+        with engine.begin() as conn:
             conn.exec_driver_sql("ANALYZE sessions")
             conn.exec_driver_sql("ANALYZE inbox")
-        conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_generic_plan")
+    yield engine
+    engine.dispose()
+    drop_database(name)
+
+
+def _crowd_sessions() -> list[dict[str, Any]]:
+    now = datetime.now(UTC)
+    return [
+        {
+            "session_id": f"plan-{i:04d}",
+            "user_id": USER,
+            "phase": PHASE,
+            "doc": "{}",
+            "created_at": now,
+            "updated_at": now,
+        }
+        for i in range(CROWD)
+    ]
+
+
+def _crowd_messages() -> list[dict[str, Any]]:
+    """``CROWD`` answered messages of the first session, ``ANSWERED_EACH`` of the others',
+    interleaved as sessions take turns in use (so the table is not in session order: the
+    planner's costs depend on it)."""
+    now = datetime.now(UTC)
+    return [
+        {
+            "message_id": f"plan-msg-{i}-{seq}",
+            "session_id": f"plan-{i:04d}",
+            "seq": seq,
+            "text": "old",
+            "state": "answered",
+            "created_at": now,
+        }
+        for seq in range(CROWD)
+        for i in range(CROWD if seq < ANSWERED_EACH else 1)
+    ]
+
+
+@pytest.fixture
+def crowded(crowded_db: Engine) -> Iterator[Connection]:
+    """A connection to the crowded database, planning every statement generically."""
+    with crowded_db.connect() as conn:
+        conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
         yield conn
+        conn.exec_driver_sql("RESET plan_cache_mode")
         conn.rollback()
 
 
@@ -131,4 +162,14 @@ def test_a_session_row_is_found_by_its_key(crowded: Connection, statement: Any) 
 )
 def test_only_the_sessions_queued_messages_are_read(crowded: Connection, statement: Any) -> None:
     scans = _scans(_generic_plan(crowded, statement), "inbox")
+    assert scans and set(scans) == {"ix_inbox_session_queued"}, scans
+
+
+def test_the_sweep_finds_waiting_messages_by_the_queued_index(crowded: Connection) -> None:
+    """The sweep's look for resting sessions with a message waiting reads only queued
+    messages, whatever the plan's shape (a semi-join over them, or one session's each)."""
+    query = queries.waiting_in_inbox_query(datetime.now(UTC), 100)
+    sql = query.compile(crowded, compile_kwargs={"literal_binds": True})
+    found = crowded.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {sql}").scalar_one()[0]["Plan"]
+    scans = _scans(found, "inbox")
     assert scans and set(scans) == {"ix_inbox_session_queued"}, scans
