@@ -143,8 +143,10 @@ def analyze() -> None:
 
     Production runs autovacuum, which keeps them; this machine's Postgres runs without it.
     With the statistics of a table that was empty, :func:`answered` was planned on the
-    index of message states and walked every answered message in the database (2.3 ms a
-    poll at 10,000, every 20 ms, on the Postgres the workers under test share). Only the
+    index of message states (dropped since, migration 0011) and walked every answered
+    message in the database (2.3 ms a poll at 10,000, every 20 ms, on the Postgres the
+    workers under test share); without it, such statistics could still make it a table
+    scan. Only the
     inbox: the statements under test are written to read by key whatever the statistics
     (``tests/integration/test_statement_plans.py``).
     """

@@ -92,9 +92,8 @@ def _crowd_messages() -> list[dict[str, Any]]:
 def crowded(crowded_db: Engine) -> Iterator[Connection]:
     """A connection to the crowded database, planning every statement generically."""
     with crowded_db.connect() as conn:
-        conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
+        conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_generic_plan")
         yield conn
-        conn.exec_driver_sql("RESET plan_cache_mode")
         conn.rollback()
 
 
