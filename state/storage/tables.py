@@ -168,6 +168,9 @@ class WorkflowRow(Base):
 
     workflow_id: Mapped[str] = mapped_column(ID, primary_key=True)
     session_id: Mapped[str | None] = mapped_column(ID)  # ix_workflows_session_created
+    # The owner: the session's user, or the user who started a workflow of no session
+    # (None: started by trusted code without a user; only unscoped callers reach it).
+    user_id: Mapped[str | None] = mapped_column(ID)  # ix_workflows_user_created
     status: Mapped[str] = mapped_column(String(16), nullable=False, server_default="running")
     context: Mapped[str] = mapped_column(JSONText, nullable=False)
     total_steps: Mapped[int] = mapped_column(Integer, nullable=False)
@@ -186,6 +189,7 @@ class WorkflowRow(Base):
         # session's and the status's indexes serve lookups by either alone too.
         Index("ix_workflows_created", "created_at", "workflow_id"),
         Index("ix_workflows_session_created", "session_id", "created_at", "workflow_id"),
+        Index("ix_workflows_user_created", "user_id", "created_at", "workflow_id"),
         Index("ix_workflows_status_created", "status", "created_at", "workflow_id"),
     )
 

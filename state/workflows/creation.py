@@ -27,14 +27,21 @@ def insert_workflow(
     that needs one (expiring after ``approval_ttl_s``); return its root steps to dispatch
     and the ``approval_requested`` events for the session's log.
 
-    A phase's commit calls it to start the workflow its handler asked for, so the
-    workflow exists exactly when the phase that wants it does.
+    ``user_id`` is the owner; without it, the session's user (a workflow of no session
+    and no user is the trusted caller's). A phase's commit calls it to start the
+    workflow its handler asked for, so the workflow exists exactly when the phase that
+    wants it does.
     """
     now = utcnow()
+    if user_id is None and wf.session_id:
+        user_id = conn.execute(
+            select(sessions.c.user_id).where(sessions.c.session_id == wf.session_id)
+        ).scalar()
     conn.execute(
         insert(workflows).values(
             workflow_id=wf.workflow_id,
             session_id=wf.session_id,
+            user_id=user_id,
             status=WorkflowStatus.RUNNING,
             context=wf.context,
             total_steps=len(wf.steps),
@@ -57,10 +64,6 @@ def _request_approvals(
     conn: Connection, wf: WorkflowState, ttl_s: float, user_id: str | None
 ) -> list[NewEvent]:
     asking = [step for step in wf.steps.values() if step.approval]
-    if asking and user_id is None and wf.session_id:
-        user_id = conn.execute(
-            select(sessions.c.user_id).where(sessions.c.session_id == wf.session_id)
-        ).scalar()
     return [
         approval_rows.insert_request(
             conn,
