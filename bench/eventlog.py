@@ -43,7 +43,7 @@ from bench.suite import SHAPE, sized
 from config import Settings
 from state.storage.db import get_engine
 from tasks.client import AgentClient
-from tasks.processes import WorkerGroup
+from tasks.worker.processes import WorkerGroup
 
 ROUNDS = int(os.environ.get("BENCH_EVENT_ROUNDS", "3"))
 

@@ -32,7 +32,7 @@ from state.sessions.snapshot import SessionChange, Snapshot
 from state.storage import keys
 from tasks.actions import action
 from tasks.app import app
-from tasks.guard import GUARD_STRATEGY
+from tasks.worker.guard import GUARD_STRATEGY
 
 TABLE = "bench_floor"
 CREATE = f"""
@@ -121,7 +121,7 @@ def _phase_at(revision: int) -> str:
 def hop_write(self: Any, remaining: int, session_id: str, revision: int, counter: str) -> None:
     """One hop committing a phase's write at ``revision`` (the module docstring), then
     the next hop, until none remain; the last one counts itself in ``counter``."""
-    from tasks.runtime import runtime
+    from tasks.worker.runtime import runtime
 
     active = SessionStatus.ACTIVE.value
     doc = write_document(session_id, revision)

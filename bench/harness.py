@@ -27,7 +27,7 @@ from config import Settings
 from state.storage import keys
 from state.storage.db import autocommit_engine, dispose_engines, get_engine, upgrade_schema
 from state.storage.tables import inbox
-from tasks.processes import WorkerGroup
+from tasks.worker.processes import WorkerGroup
 
 REPO = Path(__file__).resolve().parents[1]
 PG_SERVER = os.environ.get(

@@ -16,7 +16,7 @@ from celery.signals import worker_process_init
 from bench.langgraph_baseline import invoke_turn, open_graph
 from state.storage import keys
 from tasks.app import app
-from tasks.guard import GUARD_STRATEGY
+from tasks.worker.guard import GUARD_STRATEGY
 
 _graph: list[Any] = []
 

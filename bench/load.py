@@ -26,7 +26,7 @@ from bench import harness
 from config import Settings
 from state.storage.db import get_engine
 from tasks.client import AgentClient
-from tasks.processes import WorkerGroup
+from tasks.worker.processes import WorkerGroup
 
 DRAIN_TIMEOUT_S = 3600.0
 SENDERS = 4  # client threads: one alone sends too slowly for a burst on a small machine

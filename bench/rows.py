@@ -20,7 +20,7 @@ from state.sessions.snapshot import InboxState
 from state.storage.db import get_engine
 from state.storage.tables import inbox, messages, sessions
 from tasks.client import AgentClient
-from tasks.processes import Flower, free_port
+from tasks.worker.processes import Flower, free_port
 
 TARGET = re.compile(r"^(>=|<=)\s*([0-9.]+)x")
 

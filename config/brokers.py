@@ -1,7 +1,7 @@
 """What each kind of broker needs from Celery: one class per kind, chosen by URL scheme.
 
 - Redis (``redis://``, ``rediss://``): kombu's Redis transport with one client per
-  channel (``tasks/transport.py``).
+  channel (``tasks/dispatch/transport.py``).
 - Redis Sentinel (``redis+sentinel://``): the same transport on kombu's sentinel
   channel, which asks the Sentinels for the current primary on every (re)connect.
 - RabbitMQ (``amqp://``, ``amqps://``, ``pyamqp://``): a durable queue, quorum by default
@@ -39,9 +39,12 @@ class Broker:
         return seconds
 
 
-# kombu's Redis transport minus a per-publish cost (tasks/transport.py), per URL scheme;
+# kombu's Redis transport minus a per-publish cost (tasks/dispatch/transport.py), per URL scheme;
 # rediss:// gets a subclass of its own so that Flower still sees the TLS scheme.
-REDIS_TRANSPORTS = {"redis": "tasks.transport:Transport", "rediss": "tasks.transport:TlsTransport"}
+REDIS_TRANSPORTS = {
+    "redis": "tasks.dispatch.transport:Transport",
+    "rediss": "tasks.dispatch.transport:TlsTransport",
+}
 
 
 class RedisBroker(Broker):
@@ -65,7 +68,7 @@ class SentinelBroker(RedisBroker):
     @property
     def transport(self) -> str:
         """Our transport on kombu's sentinel channel."""
-        return "tasks.transport:SentinelTransport"
+        return "tasks.dispatch.transport:SentinelTransport"
 
     def options(self) -> dict[str, Any]:
         """The ``sentinel://`` URLs kombu reads, and the monitored service's name."""

@@ -9,9 +9,9 @@ from typing import Any
 from config.brokers import broker_for
 from config.settings import Settings
 
-TASK_MODULES = ["tasks.phases", "tasks.workflow", "tasks.maintenance"]
+TASK_MODULES = ["tasks.worker.phases", "tasks.worker.steps", "tasks.worker.maintenance"]
 # Bare tasks to measure against; off in production (they bump counters on request).
-BASELINE_MODULES = ["tasks.baseline"]
+BASELINE_MODULES = ["tasks.worker.baseline"]
 # Events and revision records past AGENTSTATE_EVENTS_RETAIN_DAYS go in hourly batches.
 PRUNE_INTERVAL_S = 3600.0
 
@@ -47,7 +47,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_send_sent_event": False,
         "task_default_queue": settings.queue,
         # Malformed messages are refused on one log line instead of stopping the worker.
-        "worker_consumer": "tasks.guard:Consumer",
+        "worker_consumer": "tasks.worker.guard:Consumer",
         "imports": [
             *TASK_MODULES,
             *(BASELINE_MODULES if settings.baseline_tasks else []),

@@ -15,14 +15,14 @@ from celery.signals import (
 from config import Settings, get_settings
 from config.celery import celery_config
 from config.urls import hide_secrets_in
-from tasks.forksafe import track_app
+from tasks.worker.forksafe import track_app
 
 logger = logging.getLogger(__name__)
 
 
 def make_app(settings: Settings | None = None) -> Celery:
     """A Celery app for ``settings`` (default: the environment, read on first use)."""
-    application = Celery("agentstate", amqp="tasks.transport:AMQP")
+    application = Celery("agentstate", amqp="tasks.dispatch.transport:AMQP")
     if settings is None:
         # Read when the configuration is first needed, not while `tasks` is imported: a
         # bad AGENTSTATE_* value then surfaces where it is reported as one line (the CLI,
@@ -40,7 +40,7 @@ app = make_app()
 def _fresh_connections(**_: object) -> None:
     # A prefork child must not share its parent's sockets. Engines and Redis clients
     # are already per-process; this drops the runtime built before the fork, if any.
-    from tasks.runtime import reset_runtime
+    from tasks.worker.runtime import reset_runtime
 
     reset_runtime()
 
@@ -63,4 +63,4 @@ def _publish_actions(sender: object = None, **_: object) -> None:
 
 
 # The start checks (settings, action modules, agent) connect to Celery's start signals.
-from tasks import startup  # noqa: E402,F401
+from tasks.worker import startup  # noqa: E402,F401

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from tasks.processes import free_port
+from tasks.worker.processes import free_port
 from tests.services import wait_for_port
 from tests.support import PG_SERVER, unavailable
 

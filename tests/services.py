@@ -23,8 +23,8 @@ import psycopg2
 import redis
 
 from config import Settings
-from tasks import processes
-from tasks.processes import free_port
+from tasks.worker import processes
+from tasks.worker.processes import free_port
 from tests.support import REPO, settings_env
 
 PG_BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"))), Path("/usr/bin"))

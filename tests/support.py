@@ -12,7 +12,7 @@ import redis
 from sqlalchemy import create_engine, text
 
 from config import Settings, child_environment
-from tasks import processes
+from tasks.worker import processes
 
 REPO = Path(__file__).resolve().parents[1]
 IN_CI = bool(os.environ.get("CI"))

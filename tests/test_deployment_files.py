@@ -539,7 +539,7 @@ def test_redis_reads_a_password_from_stdin_as_compose_runs_it(tmp_path: Path) ->
     """The Redis command, run for real by sh against a local redis-server."""
     import redis as redis_py
 
-    from tasks.processes import free_port
+    from tasks.worker.processes import free_port
     from tests.support import unavailable
 
     if shutil.which("redis-server") is None:
@@ -650,7 +650,7 @@ def check_celery_command(where: str, argv: list[str]) -> None:
 def check_agentstate_command(where: str, argv: list[str]) -> None:
     import importlib
 
-    from tasks.cli import build_parser
+    from tasks.cli.main import build_parser
 
     target = pyproject()["project"]["scripts"].get("agentstate")
     assert target, "pyproject.toml has no [project.scripts] agentstate"
@@ -1017,7 +1017,7 @@ def test_ensure_services_starts_a_local_redis_that_is_not_answering(
 ) -> None:
     import redis as redis_py
 
-    from tasks.processes import free_port
+    from tasks.worker.processes import free_port
 
     port = free_port()
     try:
@@ -1058,7 +1058,7 @@ def test_ensure_services_leaves_remote_services_alone_and_hides_passwords(
 def test_ensure_services_refuses_what_it_cannot_start_without_showing_passwords(
     local_services: dict[str, str], url: str, message: str
 ) -> None:
-    from tasks.processes import free_port
+    from tasks.worker.processes import free_port
 
     result = run_ensure_services(
         **local_services, AGENTSTATE_REDIS_URL=url.format(port=free_port())

@@ -1,7 +1,7 @@
 """When a failed attempt runs again: backoff, and which failures another attempt may fix.
 
 Shared by workflow steps (``state.workflows.engine``) and the tasks' own retries on
-transient errors (``tasks.base``).
+transient errors (``tasks.worker.base``).
 """
 
 from __future__ import annotations

@@ -31,9 +31,9 @@ from state.storage import keys
 from state.storage.db import get_engine
 from state.storage.tables import events, revisions
 from tasks.app import make_app
-from tasks.base import AgentStateTask
 from tasks.client import AgentClient
-from tasks.maintenance import PRUNE_TASK, prune_events
+from tasks.worker.base import AgentStateTask
+from tasks.worker.maintenance import PRUNE_TASK, prune_events
 from tests.services import PrivateRedis
 from tests.support import REPO, Workers, agent_test_settings, settings_env, uid
 

@@ -15,7 +15,7 @@ import pytest
 
 from config import Settings
 from tasks.client import AgentClient
-from tasks.processes import Flower, free_port
+from tasks.worker.processes import Flower, free_port
 from tests.support import REPO, Workers, settings_env, uid
 
 pytestmark = pytest.mark.workers

@@ -16,8 +16,8 @@ from config import Settings
 from state.errors import BadInputError, NotFoundError, WorkflowSpecError
 from state.storage import keys
 from state.storage.tables import steps, workflows
+from tasks.cli.progress import WorkflowWatcher
 from tasks.client import AgentClient
-from tasks.progress import WorkflowWatcher
 from tests.support import Workers, make_settings, uid
 
 pytestmark = pytest.mark.workers

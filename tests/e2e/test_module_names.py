@@ -71,4 +71,4 @@ def test_the_app_as_a_package_keeps_its_own_tasks_and_config(tmp_path: Path) -> 
     )
     result = run_python(tmp_path, "-m", "myapp.app")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["tasks.client", "5", "hello"]
+    assert result.stdout.split() == ["tasks.client.agent", "5", "hello"]

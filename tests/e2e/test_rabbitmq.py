@@ -17,7 +17,7 @@ from config import Settings
 from config.brokers import broker_for
 from tasks.app import make_app
 from tasks.client import AgentClient
-from tasks.dispatch import CeleryDispatcher
+from tasks.dispatch.dispatcher import CeleryDispatcher
 from tests.e2e.test_flower import (  # noqa: F401  (collected here again, on RabbitMQ)
     flower,
     test_flower_sees_the_workers_and_every_phase_task_of_a_turn,

@@ -1,4 +1,4 @@
-"""The direct publisher (``tasks.publisher``) puts on the broker what ``send_task`` would,
+"""The direct publisher (``tasks.dispatch.publisher``) puts on the broker what ``send_task`` would,
 from inside a worker task, and steps aside everywhere else."""
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ from celery import Celery, signals
 from celery._state import _task_stack
 from kombu.exceptions import OperationalError
 
-from tasks import phases, workflow
 from tasks.app import make_app
-from tasks.dispatch import CeleryDispatcher
-from tasks.guard import TaskSignature, check_message
-from tasks.publisher import RETRY_DIRECT_AFTER_S
+from tasks.dispatch.dispatcher import CeleryDispatcher
+from tasks.dispatch.publisher import RETRY_DIRECT_AFTER_S
+from tasks.worker import phases, steps
+from tasks.worker.guard import TaskSignature, check_message
 from tests.services import PrivateRedis
 from tests.support import BROKER_URL, make_settings, uid
 
 PLANNING = "agentstate.phase.planning"
 STEP = "agentstate.workflow.step"
-REGISTERED = (phases, workflow)  # imported for their tasks
+REGISTERED = (phases, steps)  # imported for their tasks
 # Set per message: compared for shape, not value.
 PER_MESSAGE = {"id", "correlation_id", "delivery_tag"}
 

@@ -9,15 +9,15 @@ import pytest
 from celery import Celery
 from kombu import Connection
 
-from tasks import phases, workflow
 from tasks.app import make_app
-from tasks.guard import TaskSignature, check_message
+from tasks.worker import phases, steps
+from tasks.worker.guard import TaskSignature, check_message
 from tests.support import BROKER_URL, make_settings, uid
 
 PLANNING = "agentstate.phase.planning"
 TIMEOUT = "agentstate.session.timeout"
 STEP = "agentstate.workflow.step"
-REGISTERED = (phases, workflow)  # imported for their tasks
+REGISTERED = (phases, steps)  # imported for their tasks
 
 
 @pytest.fixture

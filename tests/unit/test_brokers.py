@@ -34,7 +34,7 @@ def test_each_scheme_gets_its_profile() -> None:
 def test_redis_keeps_its_transport_and_visibility_timeout() -> None:
     config = celery_config(_settings("redis://r:6379/1"))
     assert config["broker_url"] == "redis://r:6379/1"
-    assert config["broker_transport"] == "tasks.transport:Transport"
+    assert config["broker_transport"] == "tasks.dispatch.transport:Transport"
     assert config["broker_transport_options"]["visibility_timeout"] >= 3600
     assert "task_queues" not in config
 
@@ -44,7 +44,7 @@ def test_sentinel_becomes_kombus_sentinel_urls_and_master_name() -> None:
     assert config["broker_url"] == (
         "sentinel://:s3cret@a:26379/2;sentinel://:s3cret@b:26380/2;sentinel://:s3cret@c:26379/2"
     )
-    assert config["broker_transport"] == "tasks.transport:SentinelTransport"
+    assert config["broker_transport"] == "tasks.dispatch.transport:SentinelTransport"
     assert config["broker_transport_options"]["master_name"] == "agents"
 
 

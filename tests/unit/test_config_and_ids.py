@@ -645,5 +645,5 @@ def test_celery_imports_include_action_modules(clean_env: pytest.MonkeyPatch) ->
     assert imports[-2:] == ["my.actions", "other.actions"]
     for module in s.action_module_list:
         assert module in imports
-    for module in ("tasks.phases", "tasks.workflow", "tasks.maintenance"):
+    for module in ("tasks.worker.phases", "tasks.worker.steps", "tasks.worker.maintenance"):
         assert module in imports

@@ -12,16 +12,16 @@ from config import Settings
 from config.celery import celery_config
 from state.errors import BadInputError, MalformedTaskMessageError
 from state.sessions.snapshot import CARRY_MAX_CHARS
-from tasks import baseline, maintenance, phases, workflow
 from tasks.app import app, make_app
-from tasks.guard import GUARD_STRATEGY, TaskSignature, check_message, fits
-from tasks.guard_headers import MAX_REASON_CHARS, one_line, shown
+from tasks.worker import baseline, maintenance, phases, steps
+from tasks.worker.guard import GUARD_STRATEGY, TaskSignature, check_message, fits
+from tasks.worker.guard_headers import MAX_REASON_CHARS, one_line, shown
 
 PLANNING = "agentstate.phase.planning"
 STEP = "agentstate.workflow.step"
 TIMEOUT = "agentstate.session.timeout"
 NO_LINKS = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
-REGISTERED = (baseline, maintenance, phases, workflow)  # imported for their tasks
+REGISTERED = (baseline, maintenance, phases, steps)  # imported for their tasks
 
 
 def expected(name: str) -> TaskSignature:
@@ -246,7 +246,7 @@ def test_every_agentstate_task_is_guarded_and_workers_use_the_guarding_consumer(
     ours = [task for name, task in app.tasks.items() if name.startswith("agentstate.")]
     assert len(ours) >= 12
     assert all(task.Strategy == GUARD_STRATEGY for task in ours)
-    assert celery_config(Settings())["worker_consumer"] == "tasks.guard:Consumer"
+    assert celery_config(Settings())["worker_consumer"] == "tasks.worker.guard:Consumer"
 
 
 def test_tasks_that_may_be_linked_get_a_shape_check_of_their_links() -> None:

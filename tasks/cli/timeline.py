@@ -1,5 +1,5 @@
 """The command line's timeline commands: ``session events``, ``session history`` and
-``session fork`` (``session show --revision`` is in ``tasks.cli``). They report errors,
+``session fork`` (``session show --revision`` is in ``tasks.cli.main``). They report errors,
 ``--json`` and exit codes exactly as the other commands do."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import json
 from typing import Any
 
 from state.ids import validate_id
-from tasks import progress
-from tasks.cli_support import command, emit, positive_seconds, reader, unknown, whole_number
+from tasks.cli import progress
+from tasks.cli.support import command, emit, positive_seconds, reader, unknown, whole_number
 
 
 def add_timeline(session_sub: Any) -> None:

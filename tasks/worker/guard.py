@@ -9,7 +9,7 @@ is logged once and rejected without requeue. The checks are pure and cost at mos
 O(size of the message), never O(its depth). Two hooks apply them: ``strategy``, the
 ``Task.Strategy`` of agentstate's tasks, and ``Consumer`` (``worker_consumer``), which
 refuses task names Celery cannot look up and guards Celery's own built-in tasks. The
-header rules live in ``tasks.guard_headers``.
+header rules live in ``tasks.worker.guard_headers``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from kombu.exceptions import DecodeError
 from state.errors import InvalidIdError, MalformedTaskMessageError
 from state.ids import validate_id
 from state.sessions.snapshot import CARRY_MAX_CHARS
-from tasks.guard_headers import MAX_INT, TASK_ID, check_fields, one_line, shown
+from tasks.worker.guard_headers import MAX_INT, TASK_ID, check_fields, one_line, shown
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 LINKS: dict[str, type] = {"callbacks": list, "errbacks": list, "chain": list, "chord": dict}
 # Arguments that are ids of these kinds, wherever a task takes them.
 # The dotted path of :func:`strategy`, as Celery's ``Task.Strategy`` attribute takes it.
-GUARD_STRATEGY = "tasks.guard:strategy"
+GUARD_STRATEGY = "tasks.worker.guard:strategy"
 
 ID_ARGUMENTS = {
     "session_id": "session",

@@ -23,7 +23,7 @@ from state.workflow import WorkflowStatus
 from state.workflows.engine import WorkflowEngine
 from state.workflows.listing import list_workflows
 from tasks.actions import known_actions
-from tasks.dispatch import CeleryDispatcher
+from tasks.dispatch.dispatcher import CeleryDispatcher
 
 MAX_KEY_CHARS = 255
 

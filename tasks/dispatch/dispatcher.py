@@ -8,7 +8,7 @@ from amqp.exceptions import ChannelError
 from celery import Celery
 
 from config.brokers import Broker
-from tasks.publisher import DirectPublisher
+from tasks.dispatch.publisher import DirectPublisher
 
 PHASE_TASK = "agentstate.phase.{}"
 TIMEOUT_TASK = "agentstate.session.timeout"

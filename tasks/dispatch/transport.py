@@ -61,7 +61,7 @@ class Connection(KombuConnection):
     resolve_aliases = {
         **KombuConnection.resolve_aliases,
         **{path: scheme for scheme, path in REDIS_TRANSPORTS.items()},
-        "tasks.transport:SentinelTransport": "sentinel",
+        "tasks.dispatch.transport:SentinelTransport": "sentinel",
     }
 
 

@@ -12,9 +12,9 @@ from typing import Any
 from state.machine import WORK_PHASES, Phase
 from state.turns.draft import Delivery
 from tasks.app import app
-from tasks.base import AgentStateTask, stale_result
-from tasks.dispatch import PHASE_TASK, TIMEOUT_TASK
-from tasks.runtime import runtime
+from tasks.dispatch.dispatcher import PHASE_TASK, TIMEOUT_TASK
+from tasks.worker.base import AgentStateTask, stale_result
+from tasks.worker.runtime import runtime
 
 
 def _phase_task(phase: Phase) -> Any:

@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from state.ids import validate_id
-from tasks import progress
-from tasks.cli_support import client, command, emit, reader, unknown
+from tasks.cli import progress
+from tasks.cli.support import client, command, emit, reader, unknown
 
 
 def add_session_control(session_sub: Any) -> None:

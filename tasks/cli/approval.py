@@ -7,8 +7,8 @@ import argparse
 from typing import Any
 
 from state.ids import validate_id
-from tasks import progress
-from tasks.cli_support import client, command, emit, group, reader
+from tasks.cli import progress
+from tasks.cli.support import client, command, emit, group, reader
 
 _COLUMNS = ("approval_id", "action", "session_id", "workflow_id", "step_id", "expires_at")
 

@@ -17,7 +17,7 @@ from state.workflows.engine import WorkflowEngine
 from state.workflows.store import WorkflowStore
 from tasks.actions import get_action, known_actions
 from tasks.app import app
-from tasks.dispatch import CeleryDispatcher
+from tasks.dispatch.dispatcher import CeleryDispatcher
 
 
 @dataclass(frozen=True)

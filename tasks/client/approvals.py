@@ -11,7 +11,7 @@ from state.approvals.rows import EXPIRED_BY, Decision
 from state.documents.codec import Document
 from state.errors import InvalidPayloadError
 from state.ids import validate_id
-from tasks.control import RunControl
+from tasks.client.control import RunControl
 
 MAX_BY_CHARS = 128
 MAX_NOTE_CHARS = 2000

@@ -12,7 +12,7 @@ from typing import Any
 
 from state.storage import keys
 from tasks.app import app
-from tasks.guard import GUARD_STRATEGY
+from tasks.worker.guard import GUARD_STRATEGY
 
 
 @app.task(name="agentstate.baseline.noop", bind=True, acks_late=True, Strategy=GUARD_STRATEGY)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from tasks.app import app
-from tasks.base import AgentStateTask
-from tasks.dispatch import STEP_TASK
-from tasks.runtime import runtime
+from tasks.dispatch.dispatcher import STEP_TASK
+from tasks.worker.base import AgentStateTask
+from tasks.worker.runtime import runtime
 
 
 @app.task(name=STEP_TASK, base=AgentStateTask, bind=True)

@@ -10,8 +10,8 @@ from state.clock import utcnow
 from state.events.retention import prune
 from state.recovery.queries import expire_idle_sessions
 from tasks.app import app
-from tasks.base import AgentStateTask, stale_result
-from tasks.runtime import runtime
+from tasks.worker.base import AgentStateTask, stale_result
+from tasks.worker.runtime import runtime
 
 SWEEP_TASK = "agentstate.recovery.sweep"
 EXPIRE_TASK = "agentstate.session.expire_idle"

@@ -16,8 +16,8 @@ from typing import Any, TextIO
 
 from config import get_settings, redact_url
 from state.storage.db import get_engine, upgrade_schema
-from tasks import progress
-from tasks.processes import Flower, WorkerGroup, port_free
+from tasks.cli import progress
+from tasks.worker.processes import Flower, WorkerGroup, port_free
 
 FLOWER_PORT = 5555
 FLOWER_START_S = 15.0

@@ -9,7 +9,7 @@ Celery ``Task`` attributes set here (see Celery's "Task options"):
 - ``reject_on_worker_lost = True``: a task whose worker process was killed goes back to
   the queue instead of being acknowledged as failed.
 - ``Strategy``: how the worker turns a broker message into a task request. Ours
-  (``tasks.guard.strategy``) refuses a malformed message (wrong body shape, wrong
+  (``tasks.worker.guard.strategy``) refuses a malformed message (wrong body shape, wrong
   argument types, bad ids) on one log line, without requeue, instead of letting Celery
   crash the worker on it; a good message goes on to Celery's default strategy.
 - ``max_retries``: how often a task retries Redis, the database or the broker not
@@ -33,7 +33,7 @@ from config import get_settings, redact_url
 from config.brokers import broker_for
 from state.errors import ServiceUnavailableError, StaleStateError, StateLockAcquisitionError
 from state.workflows.retries import retry_delay_s
-from tasks.guard import GUARD_STRATEGY
+from tasks.worker.guard import GUARD_STRATEGY
 
 logger = logging.getLogger(__name__)
 

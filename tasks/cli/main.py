@@ -34,10 +34,10 @@ from config import get_settings
 from config.urls import hide_secrets_in
 from state.errors import BadInputError, UsageError, WorkflowSpecError
 from state.ids import validate_id
-from tasks import progress
-from tasks.cli_approval import add_approval
-from tasks.cli_control import add_session_control, add_workflow_control
-from tasks.cli_support import (
+from tasks.cli import progress
+from tasks.cli.approval import add_approval
+from tasks.cli.control import add_session_control, add_workflow_control
+from tasks.cli.support import (
     EXIT_BAD_INPUT,
     EXIT_FAILURE,
     EXIT_OK,
@@ -53,7 +53,7 @@ from tasks.cli_support import (
     unknown,
     whole_number,
 )
-from tasks.cli_timeline import add_timeline
+from tasks.cli.timeline import add_timeline
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -270,7 +270,7 @@ def _show_workflow(args: argparse.Namespace, doc: dict[str, Any]) -> int:
 
 def cmd_recover(args: argparse.Namespace) -> None:
     """One recovery sweep."""
-    from tasks.runtime import runtime
+    from tasks.worker.runtime import runtime
 
     report = runtime().recovery.run().as_dict()
     summary = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in report.items())
@@ -280,7 +280,7 @@ def cmd_recover(args: argparse.Namespace) -> None:
 def cmd_migrate(args: argparse.Namespace) -> None:
     """Migrate every stored document."""
     from state.documents.bulk import migrate_sessions, migrate_users
-    from tasks.runtime import runtime
+    from tasks.worker.runtime import runtime
 
     if args.batch < 1:
         raise BadInputError("--batch must be at least 1")
@@ -307,7 +307,7 @@ def cmd_fsm_diagram(args: argparse.Namespace) -> None:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The guided demo."""
-    from tasks.demo import run_demo
+    from tasks.cli.demo import run_demo
 
     if args.workers < 1:
         raise BadInputError("--workers must be at least 1")

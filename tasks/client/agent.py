@@ -35,10 +35,10 @@ from state.workflows.store import WorkflowStore
 from tasks.actions import get_action, known_actions
 from tasks.app import app as default_app
 from tasks.app import make_app
-from tasks.approvals import ApprovalControl
-from tasks.control import require_key
-from tasks.dispatch import CeleryDispatcher
-from tasks.timeline import Timeline
+from tasks.client.approvals import ApprovalControl
+from tasks.client.control import require_key
+from tasks.client.timeline import Timeline
+from tasks.dispatch.dispatcher import CeleryDispatcher
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +46,9 @@ logger = logging.getLogger(__name__)
 class AgentClient(ApprovalControl, Timeline):
     """What an app (web handler, script, notebook) uses to talk to agentstate.
 
-    Run control (cancel, retry, listing) comes from ``tasks.control.RunControl``, with
-    approvals and decisions on top of it from ``tasks.approvals.ApprovalControl``;
-    events, revisions and forks from ``tasks.timeline.Timeline``.
+    Run control (cancel, retry, listing) comes from ``tasks.client.control.RunControl``, with
+    approvals and decisions on top of it from ``tasks.client.approvals.ApprovalControl``;
+    events, revisions and forks from ``tasks.client.timeline.Timeline``.
     """
 
     def __init__(self, settings: Settings | None = None) -> None:

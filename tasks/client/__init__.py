@@ -1,0 +1,8 @@
+"""The Python client for apps. An app talks to agentstate only through ``AgentClient``,
+so this room holds it and the mixins it is assembled from (run control, approvals, the
+timeline), apart from the worker's code: importing the client sends and reads, it never
+runs an agent. ``from tasks.client import AgentClient`` is the public import path."""
+
+from tasks.client.agent import AgentClient
+
+__all__ = ["AgentClient"]
