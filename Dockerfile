@@ -25,7 +25,7 @@ COPY requirements.lock ./
 RUN pip install --no-cache-dir --require-hashes -r requirements.lock
 
 # Then the project itself, against exactly those packages (no resolver, no downloads).
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY config/ config/
 COPY state/ state/
 COPY tasks/ tasks/

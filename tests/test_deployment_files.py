@@ -805,6 +805,7 @@ def test_dockerfile_copies_what_the_build_needs() -> None:
     needed = {p.rstrip("*").rstrip(".") for p in packages}
     needed |= {"pyproject.toml", "alembic.ini", LOCK_FILE.name}
     needed.add(project["project"]["readme"])
+    needed |= set(project["project"].get("license-files", []))  # the build reads them
     assert needed <= set(copied), f"not copied: {sorted(needed - set(copied))}"
     # Metadata before the packages, so dependency layers survive code changes.
     assert copied["pyproject.toml"] < min(copied[p.rstrip("*").rstrip(".")] for p in packages)

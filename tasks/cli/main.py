@@ -38,6 +38,7 @@ from tasks.cli import progress
 from tasks.cli.approval import add_approval
 from tasks.cli.control import add_session_control, add_workflow_control
 from tasks.cli.support import (
+    DISTRIBUTION,
     EXIT_BAD_INPUT,
     EXIT_FAILURE,
     EXIT_OK,
@@ -47,6 +48,7 @@ from tasks.cli.support import (
     emit,
     failure_of,
     group,
+    installed_version,
     positive_seconds,
     reader,
     report,
@@ -94,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         "workflows, recover lost work, migrate stored state.",
         epilog="Configuration comes from AGENTSTATE_* environment variables (see README).",
     )
+    _add_version(parser)
     sub = parser.add_subparsers(metavar="COMMAND")
     _add_db(sub)
     _add_send(sub)
@@ -114,6 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-flower", action="store_true", help="do not start Flower")
     demo.add_argument("--flower-port", type=int, default=5555, help="Flower's port (5555)")
     return parser
+
+
+def _add_version(parser: argparse.ArgumentParser) -> None:
+    text = f"agentstate {installed_version()} ({DISTRIBUTION})"
+    parser.add_argument("--version", action="version", version=text, help="print the version")
 
 
 def _add_db(sub: Any) -> None:

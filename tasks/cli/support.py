@@ -31,6 +31,9 @@ from state.errors import (
 )
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+# The distribution's name on PyPI ("agentstate" there is another project); the import
+# packages and the command are still agentstate's.
+DISTRIBUTION = "agentstate-celery"
 # The "kind" of a JSON error, by exit status: 2 bad_input | not_found; 1 unavailable |
 # timeout | failure; 130 interrupted.
 KINDS = ("bad_input", "not_found", "unavailable", "timeout", "failure", "interrupted")
@@ -110,6 +113,17 @@ def report(failure: Failure, as_json: bool) -> int:
     else:
         print(f"agentstate: error: {line}", file=sys.stderr)
     return failure.status
+
+
+def installed_version() -> str:
+    """The installed distribution's version (from its metadata, so it is the one pip
+    installed, not a copy in the source)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
 
 
 def positive_seconds(text: str) -> float:
