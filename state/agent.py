@@ -31,15 +31,17 @@ a result that cannot be stored. The README's "Your own agent" says the same at l
 
 from __future__ import annotations
 
+import difflib
 import importlib
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Protocol, TypeVar
 
 from state.documents.codec import Document
-from state.errors import AgentStateError
-from state.machine import WORK_PHASES, Phase, Trigger
+from state.errors import AgentDefinitionError, AgentStateError, UnknownTriggerError
+from state.machine import TRIGGERS, WORK_PHASES, Phase, Trigger
 
 # The trigger each phase fires when a handler is missing (an agent may define fewer).
 DEFAULT_TRIGGERS: dict[str, str] = {
@@ -50,6 +52,21 @@ DEFAULT_TRIGGERS: dict[str, str] = {
     Phase.EVALUATING: Trigger.RESULT_GOOD,
     Phase.GENERATING: Trigger.RESPONSE_SENT,
 }
+
+
+# The keys of the turn's context (``context_window``) that the engine writes itself. A
+# handler reads them through PhaseContext (``message``, ``message_id``, ``attempt``,
+# ``approval``; ``workflow`` is the finished workflow ``workflow_id`` names); a result
+# that changes one ends its turn with an apology naming the key (state.turns.rules).
+ENGINE_CONTEXT_KEYS: frozenset[str] = frozenset(
+    {"message", "message_id", "attempt", "workflow_id", "approval_id", "approval"}
+)
+
+
+def suggestion(name: str, choices: Iterable[str], cutoff: float = 0.6) -> str:
+    """`` (did you mean 'x'?)`` for the choice nearest ``name``, or an empty string."""
+    close = difflib.get_close_matches(name, [str(c) for c in choices], n=1, cutoff=cutoff)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 @dataclass
@@ -63,7 +80,8 @@ class PhaseContext:
         session_id, user_id: whose conversation this is.
         phase: the phase this handler runs in (``planning``, ...).
         message, message_id: the user message the turn answers.
-        context: the turn's scratch space (``context_window``), as earlier phases left it.
+        context: the turn's scratch space (``context_window``), as earlier phases left it,
+            with the engine's own keys (:data:`ENGINE_CONTEXT_KEYS`) among them.
         tool_results, pending_actions: as earlier phases set them.
         metadata: the session's metadata (``turn`` holds this turn's path through the FSM).
         workflow: in ``executing``, the finished workflow this turn waited for, if any.
@@ -154,10 +172,16 @@ class PhaseResult:
 
     Attributes:
         trigger: the FSM trigger to fire (see the module docstring); None only from
-            ``executing`` together with ``workflow``, to wait for that workflow.
+            ``executing`` together with ``workflow``, to wait for that workflow. A name
+            that is no trigger at all raises UnknownTriggerError here, where the result
+            is built, naming the nearest trigger.
         reply: the assistant's answer, used when the turn ends (idle) or asks for a
             clarification; a turn that ends without one gets a placeholder.
-        context: keys merged into the turn's ``context_window``.
+        context: keys merged into the turn's ``context_window``. The engine's own keys
+            (:data:`ENGINE_CONTEXT_KEYS`: ``message``, ``message_id``, ``attempt``,
+            ``workflow_id``, ``approval_id``, ``approval``) may be passed back unchanged
+            (``{**ctx.context, ...}``) but not changed: a result that changes one ends
+            its turn with an apology naming the key.
         tool_results, pending_actions, active_tools: replace the stored lists when given.
         metadata: keys merged into the session's metadata.
         user_state: a function from the user's persistent state to its new value, run
@@ -197,6 +221,19 @@ class PhaseResult:
     user_state: Callable[[Document], Document] | None = None
     workflow: Document | None = None
     approval: Document | None = None
+
+    def __post_init__(self) -> None:
+        trigger = self.trigger
+        if trigger is None or (isinstance(trigger, str) and trigger in TRIGGERS):
+            return
+        if not isinstance(trigger, str):
+            raise UnknownTriggerError(
+                f"PhaseResult trigger must be a trigger's name, not {type(trigger).__name__}"
+            )
+        raise UnknownTriggerError(
+            f"PhaseResult: unknown trigger {trigger!r}{suggestion(trigger, TRIGGERS)}; "
+            f"the triggers are {', '.join(TRIGGERS)}"
+        )
 
 
 class PhaseHandler(Protocol):
@@ -249,15 +286,29 @@ def is_quick(handler: Callable[..., Any] | None) -> bool:
 
 
 class Agent:
-    """The handlers of one agent, looked up by phase."""
+    """The handlers of one agent, looked up by phase.
+
+    A module that defines a function whose name is a near miss of a phase it does not
+    define (``generatng``) is refused (AgentDefinitionError, naming the phase it meant):
+    the handler would be silently ignored and the phase would fire its default trigger.
+    A helper function of such a name starts with ``_``.
+    """
 
     def __init__(self, source: ModuleType | object, name: str) -> None:
         self.name = name
         self.handlers: dict[str, PhaseHandler | None] = {
             phase: getattr(source, phase, None) for phase in WORK_PHASES
         }
+        phases = ", ".join(WORK_PHASES)
         if not any(self.handlers.values()):
-            raise AgentStateError(f"agent {name!r} defines none of the phases {WORK_PHASES}")
+            raise AgentDefinitionError(
+                f"agent {name!r} defines none of the phases {phases}"
+                + _near_misses(source, WORK_PHASES)
+            )
+        missing = [phase for phase, handler in self.handlers.items() if handler is None]
+        near = _near_misses(source, missing)
+        if near:
+            raise AgentDefinitionError(f"agent {name!r}{near}")
 
     def handler(self, phase: str) -> PhaseHandler | None:
         """The handler of ``phase`` (None: the phase just fires its default trigger)."""
@@ -278,6 +329,47 @@ class Agent:
                 f"{self.name}.{phase} returned {type(result).__name__}, not PhaseResult"
             )
         return result
+
+
+# How close a function's name must be to a phase's to be taken for a misspelling of it:
+# "generatng" (0.95) and "understandng" are, "generate" (0.78) and "plan" are not.
+_NEAR_MISS = 0.8
+
+
+def _near_misses(source: ModuleType | object, phases: Iterable[str]) -> str:
+    """``: 'generatng' is not a phase (did you mean 'generating'?) ...`` for each public
+    function of ``source`` whose name is close to one of ``phases``; else ''."""
+    wanted = list(phases)
+    found = []
+    for attribute in _public_functions(source):
+        if attribute in WORK_PHASES:
+            continue
+        hint = suggestion(attribute, wanted, cutoff=_NEAR_MISS)
+        if hint:
+            found.append(f"{attribute!r} is not a phase{hint}")
+    if not found:
+        return ""
+    return (
+        ": "
+        + "; ".join(found)
+        + f" (the phases are {', '.join(WORK_PHASES)}; start a helper's name with _)"
+    )
+
+
+def _public_functions(source: ModuleType | object) -> list[str]:
+    own = getattr(source, "__name__", None) if isinstance(source, ModuleType) else None
+    names = []
+    for attribute in dir(source):
+        if attribute.startswith("_"):
+            continue
+        value = getattr(source, attribute, None)
+        if not callable(value) or inspect.isclass(value):
+            continue
+        # A module's imports are not its handlers: only what it defines itself counts.
+        if own is not None and getattr(value, "__module__", own) != own:
+            continue
+        names.append(attribute)
+    return names
 
 
 _agents: dict[str, Agent] = {}

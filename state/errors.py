@@ -83,9 +83,24 @@ class InvalidTransitionError(AgentStateError):
     """The trigger is not allowed from the machine's current state."""
 
 
+class UnknownTriggerError(InvalidTransitionError):
+    """A PhaseResult names a trigger that does not exist (raised where it is built, with
+    the nearest trigger's name)."""
+
+
 class UnstorableResultError(AgentStateError):
     """A handler's result cannot be committed (its user-state change raised, its workflow
     id is taken, ...): the turn ends with an apology instead of being retried."""
+
+
+class ReservedContextKeyError(UnstorableResultError):
+    """A handler's result changes a key of the turn's context that the engine owns
+    (``state.agent.ENGINE_CONTEXT_KEYS``); the turn ends with an apology naming it."""
+
+
+class AgentDefinitionError(AgentStateError):
+    """The module named by AGENTSTATE_AGENT is not a usable agent (no phase at all, or a
+    function whose name is a near miss of a phase); a worker refuses to start."""
 
 
 class PhaseTimeLimitError(AgentStateError):

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 
 from config import Settings
-from state.agent import PhaseResult
+from state.agent import ENGINE_CONTEXT_KEYS, PhaseResult
 from state.approvals import rows as approval_rows
 from state.approvals.requests import ApprovalRequest
 from state.approvals.rows import Decision
@@ -20,6 +20,7 @@ from state.documents.codec import Document, require_object
 from state.errors import (
     ApprovalAlreadyDecidedError,
     InvalidTransitionError,
+    ReservedContextKeyError,
     UnstorableResultError,
     UserStateTooLargeError,
 )
@@ -74,9 +75,7 @@ def apply_result(
 ) -> None:
     """Fold a handler's result into the draft and fire its trigger (``settings`` gives
     the execution timeout and the limits on what a result may store)."""
-    # A decision is shown to the one phase that follows it, so its action runs once.
-    draft.context.pop(APPROVAL_KEY, None)
-    draft.context.update(result.context)
+    _merge_context(draft, result.context)
     draft.metadata.update(result.metadata)
     for key in _TURN_LISTS:
         value = getattr(result, key)
@@ -98,6 +97,22 @@ def apply_result(
         _count_attempt(draft)
     draft.fire(result.trigger)
     _on_enter(draft, result.reply, settings.execution_timeout)
+
+
+def _merge_context(draft: Draft, context: Document) -> None:
+    """Merge a result's context into the turn's; the engine's own keys may come back
+    unchanged (a handler passing ``ctx.context`` on) but not changed."""
+    ours = ENGINE_CONTEXT_KEYS.intersection(context)
+    for key in sorted(ours):
+        if context[key] != draft.context.get(key):
+            raise ReservedContextKeyError(
+                f"the result's context sets {key!r}, a key the engine owns "
+                f"({', '.join(sorted(ENGINE_CONTEXT_KEYS))}); read it from the PhaseContext "
+                "and keep your own values under other names"
+            )
+    # A decision is shown to the one phase that follows it, so its action runs once.
+    draft.context.pop(APPROVAL_KEY, None)
+    draft.context.update({k: v for k, v in context.items() if k not in ours})
 
 
 def _on_enter(draft: Draft, reply: str | None, execution_timeout_s: float) -> None:
