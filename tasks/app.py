@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import Celery
 from celery.signals import (
@@ -12,7 +13,7 @@ from celery.signals import (
     worker_process_init,
 )
 
-from config import Settings, get_settings
+from config import Settings
 from config.celery import celery_config
 from config.urls import hide_secrets_in
 from tasks.worker.forksafe import track_app
@@ -25,12 +26,18 @@ def make_app(settings: Settings | None = None) -> Celery:
     application = Celery("agentstate", amqp="tasks.dispatch.transport:AMQP")
     if settings is None:
         # Read when the configuration is first needed, not while `tasks` is imported: a
-        # bad AGENTSTATE_* value then surfaces where it is reported as one line (the CLI,
-        # the worker's start checks) instead of as a traceback out of an import.
-        application.add_defaults(lambda: celery_config(get_settings()))
+        # bad AGENTSTATE_* value then surfaces where it is reported as one line (the CLI;
+        # in `celery -A tasks ...`, settings_or_exit) instead of as a traceback.
+        application.add_defaults(_configuration)
     else:
         application.config_from_object(celery_config(settings))
     return track_app(application)
+
+
+def _configuration() -> dict[str, Any]:
+    from tasks.worker.startup import settings_or_exit
+
+    return celery_config(settings_or_exit())
 
 
 app = make_app()

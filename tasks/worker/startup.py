@@ -1,5 +1,9 @@
 """What a Celery process checks before it serves: its settings, action modules and agent.
 
+A bad AGENTSTATE_* value stops ``celery -A tasks worker|beat|flower`` with one line naming
+the variable (as the ``agentstate`` command reports it), wherever Celery first reads its
+configuration: often while it parses its own options, long before any start signal.
+
 A worker that cannot import its agent would accept every phase and fail each one, leaving
 the messages to the recovery sweep; it refuses to start instead, with one line on stderr
 and exit status 2. Both imports run with the current folder on ``sys.path``, exactly as
@@ -20,10 +24,31 @@ from celery.signals import celeryd_init, import_modules
 from celery.utils.imports import cwd_in_path
 from pydantic import ValidationError
 
-from config import get_settings, redact_url, settings_error_line
-from state.errors import AgentStateError
+from config import Settings, get_settings, redact_url, settings_error_line
+from state.errors import AgentStateError, ConfigurationError
 
 EXIT_BAD_CONFIG = 2
+
+
+def settings_or_exit() -> Settings:
+    """``get_settings()``; in a Celery program a bad setting is one line and exit 2. Any
+    other process (an app, the ``agentstate`` command) gets the error raised, to report
+    it its own way."""
+    try:
+        return get_settings()
+    except (ValidationError, ConfigurationError) as exc:
+        if not _in_celery_program():
+            raise
+        _exit(settings_error_line(exc) if isinstance(exc, ValidationError) else str(exc))
+
+
+def _in_celery_program() -> bool:
+    # The `celery` command is a click program: its options, and the commands it runs
+    # (worker, beat, Flower), run inside its click context.
+    import click
+
+    context = click.get_current_context(silent=True)
+    return context is not None and context.find_root().info_name == "celery"
 
 
 def check_action_modules() -> None:
