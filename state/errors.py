@@ -19,6 +19,10 @@ class MessageTooLargeError(BadInputError):
     """A message is larger than AGENTSTATE_MAX_MESSAGE_BYTES."""
 
 
+class EmptyMessageError(BadInputError):
+    """A message has no text: it is empty or only whitespace (nothing to answer)."""
+
+
 class InvalidPayloadError(BadInputError):
     """A payload is not the JSON object it must be."""
 

@@ -11,13 +11,20 @@ from __future__ import annotations
 import importlib
 import logging
 import time
+import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 from config import Settings, get_settings, redact_url
 from state.agent import quick
 from state.calculator import evaluate
 from state.documents.codec import Document
-from state.errors import ActionFailed, ActionRegistrationError, PermanentActionError
+from state.errors import (
+    ActionFailed,
+    ActionRegistrationError,
+    ConfigurationError,
+    PermanentActionError,
+)
 from state.storage.db import get_engine
 from state.workflows.served import ServedActions
 
@@ -93,11 +100,33 @@ def action(name: str) -> Callable[[ActionFn], ActionFn]:
 
 
 def import_action_modules(modules: list[str] | None = None) -> None:
-    """Import the app's action modules (AGENTSTATE_ACTION_MODULES), each once."""
+    """Import the app's action modules (AGENTSTATE_ACTION_MODULES), each once.
+
+    Raises:
+        ConfigurationError: a module cannot be imported (named, with the reason in one
+            line: the CLI exits 2 with it, a worker refuses to start with it).
+    """
     for module in modules if modules is not None else get_settings().action_module_list:
         if module not in _imported_modules:
-            importlib.import_module(module)
+            try:
+                importlib.import_module(module)
+            except Exception as exc:
+                raise ConfigurationError(
+                    f"cannot import action module {module!r} (AGENTSTATE_ACTION_MODULES): "
+                    f"{describe_failure(exc)}"
+                ) from exc
             _imported_modules.add(module)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """``Type: message``, and where a module's own code raised it (not a traceback)."""
+    if isinstance(exc, ImportError):
+        return str(exc)
+    text = f"{type(exc).__name__}: {exc}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames:
+        text += f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})"
+    return text
 
 
 def get_action(name: str) -> ActionFn | None:

@@ -7,7 +7,12 @@ from typing import Any
 
 import orjson
 
-from state.errors import CorruptStateError, InvalidPayloadError, MessageTooLargeError
+from state.errors import (
+    CorruptStateError,
+    EmptyMessageError,
+    InvalidPayloadError,
+    MessageTooLargeError,
+)
 
 # A JSON object as Python holds it: every state document, payload and result.
 Document = dict[str, Any]
@@ -85,9 +90,12 @@ def too_large(what: str, size: int, limit: int, setting: str) -> str:
 
 
 def require_text(text: Any, what: str, max_bytes: int) -> int:
-    """Check a message: a string of valid UTF-8 text, no NUL, at most ``max_bytes``."""
+    """Check a message: a string of valid UTF-8 text, not only whitespace, no NUL, at
+    most ``max_bytes``."""
     if not isinstance(text, str):
         raise InvalidPayloadError(f"{what} must be a string, got {type(text).__name__}")
+    if not text.strip():
+        raise EmptyMessageError(f"{what} is empty (or only whitespace): there is nothing to answer")
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:

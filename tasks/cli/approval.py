@@ -10,7 +10,7 @@ from state.ids import validate_id
 from tasks.cli import progress
 from tasks.cli.support import client, command, emit, group, reader
 
-_COLUMNS = ("approval_id", "action", "session_id", "workflow_id", "step_id", "expires_at")
+_COLUMNS = ("approval_id", "action", "args", "session_id", "workflow_id", "step_id", "expires_at")
 
 
 def add_approval(sub: Any) -> None:
@@ -51,5 +51,5 @@ def cmd_approval_decide(args: argparse.Namespace) -> None:
 def _print(items: list[dict[str, Any]], columns: tuple[str, ...]) -> None:
     if not items:
         print("no approvals")
-    for item in items:
-        print("  ".join(progress.printable(str(item[c] or "-")) for c in columns))
+        return
+    progress.print_table(items, columns)

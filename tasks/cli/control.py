@@ -80,7 +80,7 @@ def cmd_workflow_list(args: argparse.Namespace) -> None:
 
 
 def _print_page(page: dict[str, Any], columns: tuple[str, ...]) -> None:
-    for item in page["items"]:
-        print("  ".join(progress.printable(str(item[c])) for c in columns))
+    if page["items"]:
+        progress.print_table(page["items"], columns)
     if page["next_cursor"]:
         print(f"(more: --cursor {page['next_cursor']})")

@@ -3,8 +3,12 @@
 Exit status: 0 ok, 2 bad input (unknown ids, a missing database and bad AGENTSTATE_*
 settings included) with a one-line message on stderr, 1 any other failure (a workflow
 that failed included: ``workflow run --wait`` and ``workflow show`` both exit 1 for it,
-printing it all the same), 130 interrupted. A group without its action (``agentstate
-db``) prints the group's help and exits 2.
+printing it all the same, and so does ``send --wait`` for a turn answered with an apology;
+an unexpected error prints its traceback too), 130 interrupted. A reader that stops
+reading (``agentstate session list | head -1``) ends the command quietly, exit 0.
+Commands run with the current folder importable, as ``celery`` runs them, so the modules
+AGENTSTATE_AGENT and AGENTSTATE_ACTION_MODULES name are found there. A group without its
+action (``agentstate db``) prints the group's help and exits 2.
 
 ``--json`` (after the subcommand) prints machine-readable output: stdout then carries
 exactly one JSON document, the result or, when the command fails, ``{"error": "one line",
@@ -30,6 +34,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from celery.utils.imports import cwd_in_path
+
 from config import get_settings
 from config.urls import hide_secrets_in
 from state.errors import BadInputError, UsageError, WorkflowSpecError
@@ -37,6 +43,7 @@ from state.ids import validate_id
 from tasks.cli import progress
 from tasks.cli.approval import add_approval
 from tasks.cli.control import add_session_control, add_workflow_control
+from tasks.cli.outcome import report_turn
 from tasks.cli.support import (
     DISTRIBUTION,
     EXIT_BAD_INPUT,
@@ -51,7 +58,10 @@ from tasks.cli.support import (
     installed_version,
     positive_seconds,
     reader,
+    reader_gone,
     report,
+    stdout_gone,
+    unexpected,
     unknown,
     whole_number,
 )
@@ -72,13 +82,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             # `agentstate db` and the like: the help of the group that was named.
             getattr(args, "help_of", parser).print_help()
             return EXIT_BAD_INPUT
-        result = args.handler(args)
+        result = run_handler(args)
+        sys.stdout.flush()  # here, where a reader gone (`| head`) is still ours to handle
+    except BrokenPipeError as exc:
+        return reader_gone() if stdout_gone() else report(unexpected(exc), as_json)
     except (Exception, KeyboardInterrupt) as exc:
-        failure = failure_of(exc)
-        if failure is None:
-            raise
-        return report(failure, as_json)
+        return report(failure_of(exc) or unexpected(exc), as_json)
     return result if isinstance(result, int) else EXIT_OK
+
+
+def run_handler(args: argparse.Namespace) -> Any:
+    """Run the command with the current folder importable, as ``celery`` runs its
+    commands: AGENTSTATE_AGENT and AGENTSTATE_ACTION_MODULES name modules there."""
+    with cwd_in_path():
+        return args.handler(args)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -135,7 +152,12 @@ def _add_send(sub: Any) -> None:
     send.add_argument("session_id", metavar="SESSION_ID")
     send.add_argument("text", metavar="TEXT")
     send.add_argument("--user", required=True, metavar="USER_ID", help="who sends it")
-    send.add_argument("--wait", action="store_true", help="wait for the reply, showing phases")
+    send.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the reply, showing phases (or until the turn waits for an approval); "
+        "exits 1 if the turn failed",
+    )
     send.add_argument("--timeout", type=positive_seconds, default=60.0, help="seconds to wait (60)")
 
 
@@ -154,7 +176,9 @@ def _add_session(sub: Any) -> None:
 def _add_user(sub: Any) -> None:
     user = group(sub, "user", "inspect users' persistent state")
     user_sub = user.add_subparsers(metavar="ACTION")
-    show = command(user_sub, "show", cmd_user_show, "show a user's persistent state")
+    show = command(
+        user_sub, "show", cmd_user_show, "show a user's persistent state ({} if none yet)"
+    )
     show.add_argument("user_id", metavar="USER_ID")
 
 
@@ -194,17 +218,17 @@ def cmd_db_upgrade(args: argparse.Namespace) -> None:
     )
 
 
-def cmd_send(args: argparse.Namespace) -> None:
-    """Send a message (and optionally wait for its reply)."""
+def cmd_send(args: argparse.Namespace) -> int:
+    """Send a message (and optionally wait for its reply; exit 1 if the turn failed)."""
     agent = client()
     message_id = agent.send_message(args.session_id, args.text, user_id=args.user)
     if not args.wait:
         emit(args, {"message_id": message_id}, lambda: print(message_id))
-        return
+        return EXIT_OK
     watcher = progress.TurnWatcher(agent, args.session_id, message_id, quiet=args.json)
     reply, path = watcher.wait(args.timeout)
     data = {"message_id": message_id, "reply": reply, "path": path}
-    emit(args, data, lambda: print(progress.printable(reply)))
+    return report_turn(args, agent, watcher, data)
 
 
 def cmd_session_show(args: argparse.Namespace) -> None:
@@ -224,9 +248,10 @@ def cmd_user_show(args: argparse.Namespace) -> None:
     validate_id(args.user_id, "user")
     agent = reader()
     with read_connection(agent.backend.engine) as conn:
-        if read_row(conn, args.user_id) is None:
-            raise unknown("user", args.user_id)
-    state = agent.load_user_state(args.user_id)
+        stored = read_row(conn, args.user_id) is not None
+    if not stored and not agent.list_sessions(user_id=args.user_id, limit=1)["items"]:
+        raise unknown("user", args.user_id)
+    state = agent.load_user_state(args.user_id)  # {} for a user with sessions only
     print(json.dumps(state, indent=2, default=str))
 
 

@@ -6,12 +6,13 @@ import json
 import sys
 import time
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TextIO
 
 from state.documents.codec import Document
 from state.errors import NotFoundError
+from state.machine import Phase
 from state.workflows.records import WorkflowProgress
 
 _POLL_S = 0.03
@@ -40,7 +41,12 @@ def _escaped(ch: str) -> str:
 
 
 class TurnWatcher:
-    """Follows one message's turn through the FSM, printing each phase as it happens."""
+    """Follows one message's turn through the FSM, printing each phase as it happens.
+
+    After :meth:`wait`, ``reply_kind`` is the reply's ``metadata.kind`` (``"apology"`` for
+    a failed turn, None for a plain reply), and ``approval_id`` is set when the turn
+    rests waiting for a person's decision instead (there is no reply yet).
+    """
 
     def __init__(
         self,
@@ -56,9 +62,12 @@ class TurnWatcher:
         self.message_id = message_id
         self.out = None if quiet else (out or sys.stderr)
         self.shown = 0
+        self.reply_kind: str | None = None
+        self.approval_id: str | None = None
 
-    def wait(self, timeout: float) -> tuple[str, list[str]]:
-        """Block until the message is answered; return (reply, phases of its turn)."""
+    def wait(self, timeout: float) -> tuple[str | None, list[str]]:
+        """Block until the message is answered, or its turn waits for an approval (reply
+        None, ``approval_id`` set); return (reply, phases of its turn)."""
         deadline = time.monotonic() + timeout
         path: list[str] = []
         looked_at = -1
@@ -76,6 +85,9 @@ class TurnWatcher:
                 self._show(path)
                 self._finish()
                 return reply, path
+            if self.approval_id is not None:
+                self._finish()
+                return None, path
             time.sleep(_POLL_S)
         self._finish()
         raise TimeoutError(
@@ -92,11 +104,14 @@ class TurnWatcher:
         turn = (snapshot.doc.get("metadata") or {}).get("turn") or {}
         if turn.get("message_id") != self.message_id:
             return None, snapshot.revision
+        if snapshot.phase == Phase.AWAITING_APPROVAL:
+            self.approval_id = (snapshot.doc.get("context_window") or {}).get("approval_id")
         return list(turn.get("path", [])), snapshot.revision
 
     def _reply(self) -> str | None:
         for item in reversed(self.client.sessions.history(self.session_id, last=50)):
             if item["metadata"].get("reply_to") == self.message_id:
+                self.reply_kind = item["metadata"].get("kind")
                 return str(item["content"])
         return None
 
@@ -170,6 +185,31 @@ def progress_line(progress: WorkflowProgress) -> str:
         f"{counts[s]} {s}" for s in ("failed", "skipped", "running", "retrying") if counts.get(s)
     ]
     return f"[{bar}] {done}/{total} done" + (", " + ", ".join(extras) if extras else "")
+
+
+_CELL_CHARS = 60
+
+
+def print_table(
+    items: Sequence[Document], columns: Sequence[str], out: TextIO | None = None
+) -> None:
+    """``items`` as aligned columns under a header row (the column names in capitals);
+    a missing value shows as ``-``, an object or list as compact JSON, cut at 60
+    characters; stored text made printable."""
+    show = partial(print, file=out or sys.stdout)
+    rows = [[_cell(item.get(column)) for column in columns] for item in items]
+    header = [column.upper() for column in columns]
+    widths = [max(map(len, cells)) for cells in zip(header, *rows, strict=True)]
+    for row in (header, *rows):
+        show("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+def _cell(value: object) -> str:
+    if value is None or value == "":
+        return "-"
+    text = json.dumps(value, default=str) if isinstance(value, dict | list) else str(value)
+    text = printable(text)
+    return text if len(text) <= _CELL_CHARS else text[: _CELL_CHARS - 3] + "..."
 
 
 def print_session(doc: Document, out: TextIO | None = None) -> None:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sqlite3
 import sys
+import traceback
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
@@ -97,6 +99,31 @@ def failure_of(exc: BaseException) -> Failure | None:
         if isinstance(exc, types):
             return Failure(status, kind, describe(exc))
     return None
+
+
+def unexpected(exc: BaseException) -> Failure:
+    """An error no rule expects (a bug, ours or an imported module's): its traceback goes
+    to stderr, and it is reported like any failure (exit 1; with --json, the document)."""
+    traceback.print_exception(exc, file=sys.stderr)
+    return Failure(EXIT_FAILURE, "failure", f"{type(exc).__name__}: {exc}")
+
+
+def stdout_gone() -> bool:
+    """Whether stdout's reader has gone (``agentstate ... | head`` after head's lines)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return True
+    return False
+
+
+def reader_gone() -> int:
+    """End quietly for a reader that stopped reading (exit 0): what is left unprinted
+    goes nowhere, instead of a BrokenPipeError at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_OK
 
 
 def one_line(message: str) -> str:

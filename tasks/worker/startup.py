@@ -15,9 +15,7 @@ imports them once, before it forks its pool, and its children inherit them.
 from __future__ import annotations
 
 import sys
-import traceback
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NoReturn
 
 from celery.signals import celeryd_init, import_modules
@@ -55,20 +53,14 @@ def check_action_modules() -> None:
     """Import the modules named by AGENTSTATE_ACTION_MODULES (current folder importable)."""
     from tasks.actions import import_action_modules
 
-    for module in get_settings().action_module_list:
-        with cwd_in_path():
-            try:
-                import_action_modules([module])
-            except Exception as exc:
-                raise AgentStateError(
-                    f"cannot import action module {module!r} (AGENTSTATE_ACTION_MODULES): "
-                    f"{_describe(exc)}"
-                ) from exc
+    with cwd_in_path():
+        import_action_modules(get_settings().action_module_list)
 
 
 def check_agent() -> None:
     """Import the agent named by AGENTSTATE_AGENT (current folder importable)."""
     from state.agent import load_agent
+    from tasks.actions import describe_failure
 
     dotted = get_settings().agent
     with cwd_in_path():
@@ -78,19 +70,8 @@ def check_agent() -> None:
             raise AgentStateError(f"{exc} (AGENTSTATE_AGENT)") from exc
         except Exception as exc:
             raise AgentStateError(
-                f"cannot import agent {dotted!r} (AGENTSTATE_AGENT): {_describe(exc)}"
+                f"cannot import agent {dotted!r} (AGENTSTATE_AGENT): {describe_failure(exc)}"
             ) from exc
-
-
-def _describe(exc: BaseException) -> str:
-    """``Type: message``, and where a module's own code raised it (not a traceback)."""
-    if isinstance(exc, ImportError):
-        return str(exc)
-    text = f"{type(exc).__name__}: {exc}"
-    frames = traceback.extract_tb(exc.__traceback__)
-    if frames:
-        text += f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})"
-    return text
 
 
 def _or_exit(check: Callable[[], None]) -> None:
