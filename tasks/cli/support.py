@@ -8,6 +8,7 @@ import argparse
 import json
 import math
 import os
+import select
 import sqlite3
 import sys
 import traceback
@@ -109,12 +110,14 @@ def unexpected(exc: BaseException) -> Failure:
 
 
 def stdout_gone() -> bool:
-    """Whether stdout's reader has gone (``agentstate ... | head`` after head's lines)."""
+    """Whether stdout is a pipe whose reader has gone (``agentstate ... | head`` after
+    head's lines), not some socket that broke."""
     try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        return True
-    return False
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+    except (OSError, ValueError):
+        return False
+    return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
 def reader_gone() -> int:
