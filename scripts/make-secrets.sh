@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create the secret files docker-compose.yml mounts (./secrets/, never committed):
 # random passwords for Postgres and Redis, and the URLs agentstate reads with them
-# (AGENTSTATE_*_URL_FILE), percent-escaped as URLs require. Existing files are kept.
+# (AGENTSTATE_*_URL_FILE), percent-escaped as URLs require. Existing files are kept, and
+# missing ones added (run it again after an upgrade that mounts a new secret).
 #
 #   scripts/make-secrets.sh [DIR]      # default: ./secrets next to docker-compose.yml
 set -euo pipefail
@@ -27,6 +28,12 @@ def secret(name: str, make) -> str:
 # Redis reads its password from a config line: keep it to URL-safe characters.
 postgres = secret("postgres_password", lambda: secrets.token_urlsafe(32))
 redis = secret("redis_password", lambda: secrets.token_urlsafe(32))
-secret("database_url", lambda: f"postgresql+psycopg2://agentstate:{quote(postgres, safe='')}@postgres:5432/agentstate")
-secret("redis_url", lambda: f"redis://:{quote(redis, safe='')}@redis:6379/0")
+def database_url(host: str) -> str:
+    return f"postgresql+psycopg2://agentstate:{quote(postgres, safe='')}@{host}:5432/agentstate"
+
+secret("database_url", lambda: database_url("postgres"))
+secret("pgbouncer_database_url", lambda: database_url("pgbouncer"))  # --profile pgbouncer
+redis_url = secret("redis_url", lambda: f"redis://:{quote(redis, safe='')}@redis:6379/0")
+# The broker: Redis too, unless you write another URL here (amqp://rabbitmq:5672//).
+secret("broker_url", lambda: redis_url)
 PY

@@ -291,6 +291,62 @@ def test_production_profiles_are_opt_in_and_switch_the_app_over(
     assert settings.db_pooler == DbPooler.PGBOUNCER
 
 
+README = ROOT / "README.md"
+
+
+def readme_compose_commands() -> list[str]:
+    """Each shell command of the README (in its code blocks, continuation lines joined,
+    and in its inline code) that runs ``docker compose``."""
+    text = README.read_text()
+    blocks = re.findall(r"```(?:sh|bash|console)\n(.*?)```", text, re.S)
+    lines = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
+    lines += re.findall(r"`([^`\n]*docker compose[^`\n]*)`", text)
+    return [line.split("#")[0] for line in lines if "docker compose" in line]
+
+
+def test_every_variable_a_readme_compose_command_sets_is_read_by_the_compose_file() -> None:
+    commands = readme_compose_commands()
+    assert len(commands) >= 2, commands  # the plain start and the production profiles
+    read = {m.group("name") for text in walk_strings(compose()) for m in _VARIABLE.finditer(text)}
+    read.discard(None)
+    for command in commands:
+        words = shlex.split(command)
+        assigned = []
+        for word in words[: words.index("docker")]:
+            assert re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", word), f"README: {command!r}"
+            assigned.append(word.split("=", 1)[0])
+        unread = [name for name in assigned if name not in read]
+        assert not unread, f"README sets {unread}, which docker-compose.yml never reads"
+        profiles = [words[i + 1] for i, word in enumerate(words) if word == "--profile"]
+        assert set(profiles) <= set(PROFILE_SERVICES.values()), profiles
+    # The secret files the README writes are ones the compose file declares.
+    written = re.findall(r">\s*secrets/([\w-]+)", README.read_text())
+    assert written and set(written) <= set(declared_secrets()), written
+
+
+def test_the_readme_production_profiles_command_reaches_rabbitmq_and_pgbouncer(
+    secret_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from config.brokers import QuorumAmqpBroker, broker_for
+    from config.settings import DbPooler
+
+    secret_files = Path(shutil.copytree(secret_files, tmp_path / "secrets"))
+    (command,) = [c for c in readme_compose_commands() if "--profile" in c]
+    words = shlex.split(command.replace('"$(cat secrets/postgres_password)"', "pw"))
+    variables = dict(w.split("=", 1) for w in words[: words.index("docker")])
+    (secret_files / "broker_url").write_text("amqp://rabbitmq:5672//\n")  # as the README does
+    monkeypatch.setitem(TEST_ENV, "APP_DATABASE_SECRET", variables["APP_DATABASE_SECRET"])
+    monkeypatch.setitem(TEST_ENV, "AGENTSTATE_DB_POOLER", variables["AGENTSTATE_DB_POOLER"])
+    settings, _ = container_settings("worker", secret_files, monkeypatch)
+    assert isinstance(broker_for(settings), QuorumAmqpBroker)
+    assert settings.db_pooler == DbPooler.PGBOUNCER
+    assert "@pgbouncer:5432/" in settings.database_url
+    assert "@redis:6379/" in settings.redis_url  # locks and cache stay on Redis
+    migrate, _ = container_settings("migrate", secret_files, monkeypatch)
+    assert "@postgres:5432/" in migrate.database_url  # the schema goes to Postgres directly
+    assert interpolate(environment(services()["pgbouncer"])["DB_PASSWORD"], variables) == "pw"
+
+
 def test_depends_on_names_real_services_with_the_right_conditions() -> None:
     all_services = services()
     for name, service in all_services.items():
@@ -416,11 +472,15 @@ def test_secrets_are_files_outside_git_and_the_image() -> None:
         assert path.parts[:2] == (".", "secrets") or path.parts[0] == "secrets", (name, path)
         assert dockerignored(path.as_posix().removeprefix("./")), f"{path} would enter the image"
         assert any(line.strip().strip("/") == "secrets" for line in gitignore), ".gitignore"
+    choices = [TEST_ENV, {**TEST_ENV, "APP_DATABASE_SECRET": "pgbouncer_database_url"}]
     for name, service in services().items():
         mounted = mounted_secrets(service)
         assert mounted <= set(declared_secrets()), f"{name} mounts undeclared secrets"
-        for key, value in environment(service).items():
-            if key.endswith("_FILE"):
+        for key, raw in environment(service).items():
+            if not key.endswith("_FILE"):
+                continue
+            for env in choices:  # whichever secret a variable picks is mounted
+                value = interpolate(raw, env)
                 assert value.startswith(SECRETS_DIR), f"{name}.{key}: {value}"
                 assert value.removeprefix(SECRETS_DIR) in mounted, f"{name}.{key} not mounted"
 
