@@ -10,6 +10,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from config.urls import (
+    absolute_sqlite_url,
     check_broker_url,
     check_database_url,
     check_redis_url,
@@ -63,7 +64,10 @@ class Settings(BaseSettings):
     # URLs may carry passwords: kept out of repr() so that logging Settings leaks none.
     redis_url: str = Field("redis://localhost:6379/0", repr=False)
     broker_url: str = Field("", repr=False)
-    database_url: str = Field("sqlite:///agentstate.db", repr=False)
+    # A relative SQLite path (the default's included) is made absolute against the folder
+    # the process starts in, here, once: every later use, and every process started with
+    # child_environment, names the same file.
+    database_url: str = Field("sqlite:///agentstate.db", repr=False, validate_default=True)
     # Files holding those URLs (Docker/Kubernetes secrets), instead of the variables.
     redis_url_file: str = ""
     broker_url_file: str = ""
@@ -147,7 +151,7 @@ class Settings(BaseSettings):
                 if field in self.model_fields_set:
                     raise ConfigurationError(f"set {variable} or {variable}_FILE, not both")
                 url = read_secret_file(f"{variable}_FILE", path)
-                check_service_url(field, url, f"the URL in {variable}_FILE ({path})")
+                url = check_service_url(field, url, f"the URL in {variable}_FILE ({path})")
                 object.__setattr__(self, field, url)
         if not self.broker_url:
             object.__setattr__(self, "broker_url", self.redis_url)
@@ -213,7 +217,7 @@ def check_service_url(field: str, url: str, variable: str) -> str:
         SUPPORTED_CHECKS[field](url)
     except ValueError as exc:
         raise ConfigurationError(f"{variable}: {exc}") from None
-    return url
+    return absolute_sqlite_url(url) if field == "database_url" else url
 
 
 SUPPORTED_CHECKS = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 from pathlib import Path
@@ -211,6 +212,21 @@ def check_database_url(url: str) -> str:
             "use postgresql+psycopg2://... or sqlite:///..."
         )
     return url
+
+
+def absolute_sqlite_url(url: str) -> str:
+    """``url`` with a relative SQLite file path made absolute against the current folder
+    (``sqlite:///agentstate.db`` -> ``sqlite:////srv/app/agentstate.db``); any other URL,
+    an in-memory database and a URI filename unchanged."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    name = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not name or name == ":memory:":
+        return url
+    if parsed.query or name.startswith("file:") or os.path.isabs(name):
+        return url  # a URI filename means what SQLite makes of it; absolute already
+    return parsed.set(database=os.path.abspath(name)).render_as_string(hide_password=False)
 
 
 def check_redis_url(url: str) -> str:

@@ -44,6 +44,11 @@ def baseline_counter(name: str) -> str:
     return f"{PREFIX}:baseline:{name}"
 
 
+def workers_database(queue: str) -> str:
+    """Which database the workers serving ``queue`` last started with (apps compare)."""
+    return f"{PREFIX}:queue:{queue}:database"
+
+
 def everything() -> str:
     """A SCAN pattern matching every key above."""
     return f"{PREFIX}:*"

@@ -56,6 +56,7 @@ from tasks.cli.support import (
     failure_of,
     group,
     installed_version,
+    noting_a_new_database,
     positive_seconds,
     reader,
     reader_gone,
@@ -94,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_handler(args: argparse.Namespace) -> Any:
     """Run the command with the current folder importable, as ``celery`` runs its
     commands: AGENTSTATE_AGENT and AGENTSTATE_ACTION_MODULES name modules there."""
-    with cwd_in_path():
+    with cwd_in_path(), noting_a_new_database():
         return args.handler(args)
 
 

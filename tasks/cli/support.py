@@ -12,8 +12,8 @@ import select
 import sqlite3
 import sys
 import traceback
-from collections.abc import Callable
-from contextlib import closing
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,6 +202,20 @@ def check_readable(settings: Settings) -> None:
             f"no agentstate schema in {where} (AGENTSTATE_DATABASE_URL; "
             "`agentstate db upgrade` creates it)"
         )
+
+
+@contextmanager
+def noting_a_new_database() -> Iterator[None]:
+    """Say so on stderr when the command creates the SQLite database (its absolute
+    path: where a worker must find it too)."""
+    try:
+        path = _sqlite_file(get_settings())
+    except (ValidationError, AgentStateError):
+        path = None  # the command reports a bad setting itself, if it needs one
+    existed = path is None or path.exists()
+    yield
+    if not existed and path is not None and path.exists():
+        print(f"agentstate: created the database sqlite:///{path}", file=sys.stderr)
 
 
 def _sqlite_has_schema(path: Path, where: str) -> bool:

@@ -28,6 +28,7 @@ from state.sessions.inbox import Inbox
 from state.sessions.store import SessionStore
 from state.storage import keys
 from state.storage.backend import Backend
+from state.storage.identity import warn_if_workers_elsewhere
 from state.store import PersistentStateManager
 from state.workflows.engine import WorkflowEngine
 from state.workflows.served import ServedActions
@@ -74,6 +75,7 @@ class AgentClient(ApprovalControl, Timeline):
             self.notifier,
         )
         self.served_actions = ServedActions(self.backend.engine)
+        self._database_checked = False
 
     # -- conversations ---------------------------------------------------------
 
@@ -89,6 +91,7 @@ class AgentClient(ApprovalControl, Timeline):
         validate_id(session_id, "session")
         validate_id(user_id, "user")
         require_text(text, "message", self.settings.max_message_bytes)
+        self._check_workers_database()
         if idempotency_key is not None:
             require_key(idempotency_key)
         item = self.inbox.accept(session_id, user_id, text, idempotency_key)
@@ -101,6 +104,13 @@ class AgentClient(ApprovalControl, Timeline):
             # wakes it.
             self.notifier.session(session_id)
         return item.message_id
+
+    def _check_workers_database(self) -> None:
+        """Once per client: warn if the workers on our queue use another database (an app
+        and workers started in different folders with the default SQLite file)."""
+        if not self._database_checked:
+            self._database_checked = True
+            warn_if_workers_elsewhere(self.backend.redis, self.backend.engine, self.settings.queue)
 
     def _kick(self, session_id: str, revision: int | None) -> None:
         try:
@@ -192,6 +202,7 @@ class AgentClient(ApprovalControl, Timeline):
         """
         known = {*known_actions(self.settings.action_module_list), *self.served_actions.names()}
         wf = self.workflows.validate(spec, known)
+        self._check_workers_database()
         try:
             return self.workflows.start(wf)
         except BrokerError as exc:

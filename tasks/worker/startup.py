@@ -14,11 +14,12 @@ imports them once, before it forks its pool, and its children inherit them.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from celery.signals import celeryd_init, import_modules
+from celery.signals import celeryd_after_setup, celeryd_init, import_modules
 from celery.utils.imports import cwd_in_path
 from pydantic import ValidationError
 
@@ -26,6 +27,7 @@ from config import Settings, get_settings, redact_url, settings_error_line
 from state.errors import AgentStateError, ConfigurationError
 
 EXIT_BAD_CONFIG = 2
+logger = logging.getLogger(__name__)
 
 
 def settings_or_exit() -> Settings:
@@ -101,3 +103,34 @@ def _before_task_modules(**_: Any) -> None:
 def _before_worker(**_: Any) -> None:
     # The first signal of `celery worker`: before its banner and before any task runs.
     _or_exit(check_agent)
+
+
+@celeryd_after_setup.connect
+def _database_at_start(instance: Any = None, **_: Any) -> None:
+    # Once logging is set up and before the pool forks: the banner names the database
+    # (a SQLite path made absolute), and apps on this queue learn which database it is.
+    settings = get_settings()
+    where = redact_url(settings.database_url)
+    try:
+        publish_database(settings)
+    except Exception as exc:  # a worker serves all the same; apps just cannot compare
+        first_line = (redact_url(str(exc)).splitlines() or [type(exc).__name__])[0]
+        logger.warning("could not publish this worker's database: %s", first_line)
+    if instance is not None:
+        banner_extra = instance.extra_info
+        line = f"[agentstate]\n  .> database:  {where}\n  .> agent:     {settings.agent}\n"
+        instance.extra_info = lambda: line + (banner_extra() or "")
+
+
+def publish_database(settings: Settings) -> None:
+    """Record in Redis, for apps on this worker's queue, which database it uses."""
+    from state.storage.db import get_engine
+    from state.storage.identity import database_identity, publish_workers_database
+    from state.storage.redis_client import get_redis
+
+    engine = get_engine(settings.database_url, auto_migrate=settings.auto_migrate)
+    try:
+        identity = database_identity(engine)
+    finally:
+        engine.dispose()  # the main process runs no task: hand no socket to the children
+    publish_workers_database(get_redis(settings.redis_url), settings.queue, identity)

@@ -41,7 +41,7 @@ def test_defaults(clean_env: pytest.MonkeyPatch) -> None:
     s = get_settings()
     assert s.redis_url == "redis://localhost:6379/0"
     assert s.broker_url == "redis://localhost:6379/0"
-    assert s.database_url == "sqlite:///agentstate.db"
+    assert s.database_url == f"sqlite:///{Path.cwd() / 'agentstate.db'}"  # made absolute
     assert s.lock_timeout == 30
     assert s.session_ttl == 3600
     assert s.cache_ttl == 3600
@@ -309,7 +309,7 @@ def test_other_malformed_urls_are_refused(
 @pytest.mark.parametrize(
     "url",
     [
-        "sqlite:///agentstate.db",
+        "sqlite:////srv/agentstate.db",  # relative paths are made absolute: test_sqlite_path
         "sqlite:///:memory:",
         "postgresql+psycopg2:///app?host=/var/run/postgresql",
         "postgresql+psycopg2://agent@[::1]:5432/app",
