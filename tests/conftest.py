@@ -13,6 +13,7 @@ from config import Settings
 from state.storage.backend import reset_backends
 from state.storage.db import dispose_engines, get_engine, upgrade_schema
 from state.storage.redis_client import forget_clients
+from tasks.worker import processes
 from tests.services import PrivateRedis
 from tests.support import (
     BROKER_URL,
@@ -34,6 +35,19 @@ for _name in [k for k in os.environ if k.startswith("AGENTSTATE_") and "_TEST_" 
     del os.environ[_name]
 os.environ["AGENTSTATE_REDIS_URL"] = REDIS_URL
 os.environ["AGENTSTATE_BROKER_URL"] = BROKER_URL
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Workers run in process groups of their own, out of reach of the terminal's Ctrl-C:
+    # a run ended by SIGTERM (CI, a timeout) tears down like one ended by Ctrl-C.
+    processes.exit_on_sigterm()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # After every fixture's teardown, even an interrupted run's: whatever a test started
+    # and left running (it raised before its own stop) is stopped now.
+    processes.stop_all()
 
 
 @pytest.fixture(scope="session")

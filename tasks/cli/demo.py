@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from config import get_settings, redact_url
 from state.storage.db import get_engine, upgrade_schema
 from tasks.cli import progress
-from tasks.worker.processes import Flower, WorkerGroup, port_free
+from tasks.worker.processes import Flower, WorkerGroup, exit_on_sigterm, port_free
 
 FLOWER_PORT = 5555
 FLOWER_START_S = 15.0
@@ -53,6 +53,7 @@ def run_demo(
     """Run the demo; return an exit status. With ``as_json`` the story goes to stderr and
     stdout gets one JSON summary of the turns and the workflow."""
     settings = get_settings()
+    exit_on_sigterm()  # a demo ended by SIGTERM stops its workers too
     out = sys.stderr if as_json else sys.stdout
     say = partial(print, file=out, flush=True)
     schema = upgrade_schema(get_engine(settings.database_url))

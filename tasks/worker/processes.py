@@ -2,16 +2,21 @@
 
 The one place that launches ``celery -A tasks ...``; the demo, the tests and the
 benchmarks all use it. Each process runs in its own process group, so stopping it also
-stops a worker's pool children.
+stops a worker's pool children. Being in groups of their own, they do not get the
+Ctrl-C of the terminal: every process started here and not stopped yet is stopped when
+this process exits (atexit), and :func:`exit_on_sigterm` makes a SIGTERM an exit that
+runs it, so an interrupted test run or demo leaves no worker behind.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -61,7 +66,7 @@ def spawn(
     (``launcher``: a command that execs it, e.g. ``ip netns exec NAME``)."""
     out = log.open("ab") if log is not None else subprocess.DEVNULL
     try:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [*launcher, *celery_command(*args)],
             cwd=cwd,
             env=env,
@@ -72,6 +77,35 @@ def spawn(
     finally:
         if log is not None:
             out.close()  # type: ignore[union-attr]
+    _started[proc.pid] = proc
+    return proc
+
+
+# Every process spawn() started and stop() has not stopped yet, by pid.
+_started: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def stop_all(timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """Stop every process this process started here and did not stop (run at exit)."""
+    stop(list(_started.values()), timeout_s)
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM end this process as Ctrl-C does (KeyboardInterrupt): cleanup code
+    runs (pytest's fixture teardowns, ``finally`` blocks, :func:`stop_all` at exit)
+    instead of the process vanishing with its workers left running. Only from the main
+    thread, and only over the default handler (an app's own handler is kept)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+atexit.register(stop_all)
 
 
 def stop(procs: list[subprocess.Popen[bytes]], timeout_s: float = STOP_TIMEOUT_S) -> None:
@@ -85,6 +119,7 @@ def stop(procs: list[subprocess.Popen[bytes]], timeout_s: float = STOP_TIMEOUT_S
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        _started.pop(proc.pid, None)
 
 
 def start_beat(
