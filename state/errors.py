@@ -141,6 +141,11 @@ class ServiceUnavailableError(AgentStateError):
     """Redis or the database did not answer within the retry budget."""
 
 
+class PoolerInTransactionModeError(ServiceUnavailableError):
+    """A transaction's prepared statements met a pooler in transaction mode without
+    AGENTSTATE_DB_POOLER set; the process goes on unprepared, the transaction runs again."""
+
+
 class UnknownActionError(WorkflowSpecError):
     """A workflow step names an action that is not registered."""
 

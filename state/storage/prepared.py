@@ -12,21 +12,36 @@ Behind a pooler in transaction mode (PgBouncer) a client's next statement may ru
 another server connection, where that ``PREPARE`` never happened (or where another
 client's did): :class:`UnpreparedStatements` sends the same SQL with its parameters each
 time instead (``AGENTSTATE_DB_POOLER=pgbouncer``).
+
+A process whose prepared statements meet such a pooler anyway (the setting forgotten, a
+pooler added later) notices: "prepared statement ... does not exist" or "... already
+exists" cannot happen on a connection of its own. From then on the process sends its
+statements to that database URL unprepared and says so once, naming AGENTSTATE_DB_POOLER.
+The statement that failed is sent again unprepared when it ran alone in autocommit (a
+failed query message applied nothing); inside a caller's transaction, which the error
+ended, it raises PoolerInTransactionModeError, a ServiceUnavailableError, so the task
+runs again.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.engine import CursorResult
+from sqlalchemy.engine import URL, CursorResult
+from sqlalchemy.exc import DBAPIError
 
 from config.settings import DbPooler
+from state.errors import PoolerInTransactionModeError
 from state.storage.dbapi import pooled_cursor
+
+logger = logging.getLogger(__name__)
 
 _NAMED = re.compile(r"%\((\w+)\)s")
 _INFO_KEY = "agentstate_prepared"
@@ -66,8 +81,45 @@ def first(rows: Sequence[Row]) -> Row | None:
     return rows[0] if rows else None
 
 
+# SQLSTATEs of a prepared statement missing (invalid_sql_statement_name) or there already
+# (duplicate_prepared_statement): on a connection of our own neither can happen.
+_POOLER_SIGNS = frozenset({"26000", "42P05"})
+# The databases (by URL, password hidden) this process found behind such a pooler.
+_behind_pooler: set[str] = set()
+_seen_lock = threading.Lock()
+
+
+def _pooled(url: URL) -> bool:
+    # The set is empty unless a pooler was met: the hot path pays one truth test.
+    return bool(_behind_pooler) and str(url) in _behind_pooler
+
+
+def _met_a_pooler(exc: DBAPIError, url: URL) -> bool:
+    """Whether ``exc`` shows statements prepared on one server connection being used on
+    another; if so, this process sends the statements for ``url`` unprepared from now
+    on, and says so once."""
+    if getattr(exc.orig, "pgcode", None) not in _POOLER_SIGNS:
+        return False
+    with _seen_lock:
+        if not _pooled(url):
+            _behind_pooler.add(str(url))
+            first_line = (str(exc.orig).strip().splitlines() or ["?"])[0]
+            logger.warning(
+                "prepared statements fail on %s (%s): a pooler in transaction mode "
+                "(PgBouncer) is in front of Postgres, but AGENTSTATE_DB_POOLER is not set. "
+                "This process sends its statements unprepared from now on; set "
+                "AGENTSTATE_DB_POOLER=pgbouncer to start that way.",
+                url,
+                first_line,
+            )
+    return True
+
+
 class Statements:
-    """Runs statements prepared once per connection (Postgres without a pooler)."""
+    """Runs statements prepared once per connection (Postgres without a pooler); from the
+    first sign of a pooler in transaction mode, unprepared (see the module docstring)."""
+
+    prepares = True
 
     def execute(
         self, conn: Connection, statement: Prepared, params: dict[str, Any]
@@ -86,8 +138,19 @@ class Statements:
         """Run each statement with its own parameters, in order, in one query message
         (one implicit transaction: an error in any of them undoes them all); the result
         is the last one's."""
-        sql, values = self._message(conn.connection.info, parts, conn.exec_driver_sql)
-        return conn.exec_driver_sql(sql, values)
+        if self.prepares and _pooled(conn.engine.url):
+            return UNPREPARED.execute_all(conn, parts)
+        try:
+            sql, values = self._message(conn.connection.info, parts, conn.exec_driver_sql)
+            return conn.exec_driver_sql(sql, values)
+        except DBAPIError as exc:
+            if not self.prepares or not _met_a_pooler(exc, conn.engine.url):
+                raise
+            # The error ended the caller's transaction: all of it must run again.
+            raise PoolerInTransactionModeError(
+                "prepared statements failed behind a pooler in transaction mode "
+                "(AGENTSTATE_DB_POOLER is not set); running it again unprepared"
+            ) from exc
 
     def rows(self, engine: Engine, parts: Sequence[Part]) -> list[Row]:
         """Like :meth:`execute_all`, on a driver cursor of ``engine``'s pool (the hot
@@ -100,10 +163,18 @@ class Statements:
         Returns:
             The rows of the last statement (empty if it returns none).
         """
-        with pooled_cursor(engine) as (cursor, info):
-            sql, values = self._message(info, parts, cursor.execute)
-            cursor.execute(sql, values)
-            return list(cursor.fetchall()) if cursor.description is not None else []
+        if self.prepares and _pooled(engine.url):
+            return UNPREPARED.rows(engine, parts)
+        try:
+            with pooled_cursor(engine) as (cursor, info):
+                sql, values = self._message(info, parts, cursor.execute)
+                cursor.execute(sql, values)
+                return list(cursor.fetchall()) if cursor.description is not None else []
+        except DBAPIError as exc:
+            if not self.prepares or not _met_a_pooler(exc, engine.url):
+                raise
+        # In autocommit the failed message was its own transaction and applied nothing.
+        return UNPREPARED.rows(engine, parts)
 
     def _message(
         self, info: dict[Any, Any], parts: Sequence[Part], send: Callable[[str], object]
@@ -125,6 +196,8 @@ class UnpreparedStatements(Statements):
     """Sends each statement's SQL every time (a pooler in transaction mode: no state may
     outlive a transaction on the server connection), in one query message, one
     transaction on the server connection the pooler lends for it."""
+
+    prepares = False
 
     def _message(
         self, info: dict[Any, Any], parts: Sequence[Part], send: Callable[[str], object]
