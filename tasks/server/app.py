@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from config import Settings, get_settings
 from state.storage.backend import Backend
 from tasks.server import errors
-from tasks.server.auth import KeyTable
+from tasks.server.auth import KeyTable, caller
 from tasks.server.backend import ThreadedClient, open_client
 from tasks.server.guards import BodyLimit, SecurityHeaders, TimeLimit
 from tasks.server.models import ErrorOut
@@ -31,6 +31,7 @@ from tasks.server.routes import approvals, health, sessions, users, workflows
 from tasks.server.sse import StreamSlots
 
 CONSOLE = Path(__file__).resolve().parent / "console"
+KEY = Depends(caller)
 
 # Every /v1 route may answer these (the OpenAPI document lists them per route).
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -88,7 +89,8 @@ def create_app(settings: Settings | None = None, client: ThreadedClient | None =
     errors.install(app)
     app.include_router(health.router)
     for module in (sessions, workflows, approvals, users):
-        app.include_router(module.router, responses=ERROR_RESPONSES)
+        # Every /v1 route needs a key, whether or not it asks who is calling.
+        app.include_router(module.router, responses=ERROR_RESPONSES, dependencies=[KEY])
     _add_console(app)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)

@@ -1,4 +1,5 @@
-"""Starting and stopping real Celery processes: workers, beat and Flower.
+"""Starting and stopping real Celery processes: workers, beat and Flower, and the HTTP
+service (``agentstate serve``).
 
 The one place that launches ``celery -A tasks ...``; the demo, the tests and the
 benchmarks all use it. Each process runs in its own process group, so stopping it also
@@ -129,6 +130,52 @@ class Flower:
     def stop(self) -> None:
         """Stop Flower."""
         stop([self.proc])
+
+
+class ApiServer:
+    """``agentstate serve`` on 127.0.0.1:``port`` (the HTTP API and the console)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        port: int,
+        *,
+        log: Path | None = None,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        command = [sys.executable, "-m", "tasks.cli", "serve", "--port", str(port)]
+        out = log.open("ab") if log is not None else subprocess.DEVNULL
+        try:
+            self.proc = subprocess.Popen(
+                command,
+                cwd=cwd,
+                env=env or child_environment(settings),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        finally:
+            if log is not None:
+                out.close()  # type: ignore[union-attr]
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> bool:
+        """Wait until it answers ``/healthz``; False if it did not in time (or exited)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                urllib.request.urlopen(f"{self.url}/healthz", timeout=1).read()  # noqa: S310
+                return True
+            except OSError:
+                time.sleep(0.1)
+        return False
+
+    def stop(self) -> int:
+        """SIGTERM, as a supervisor stops it; return its exit status."""
+        stop([self.proc])
+        return int(self.proc.returncode)
 
 
 class WorkerGroup:
