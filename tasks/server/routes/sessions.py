@@ -37,6 +37,16 @@ DEFAULT_HISTORY_PAGE = 100
 MAX_PAGE = 1000
 CURSOR_CHARS = 600
 MAX_SEQ = 2**63 - 1
+# One message of the stream, as an SSE parser hands it over.
+SSE_MESSAGE = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {
+        "id": {"type": "string", "description": "the event's seq (absent on token chunks)"},
+        "event": {"type": "string", "description": "always the default type, message"},
+        "data": {"type": "string", "description": "the event as JSON"},
+    },
+}
 
 
 @router.post(
@@ -138,7 +148,7 @@ async def revisions(
     "and a browser's EventSource then reconnects where it stopped.",
     response_class=EventStream,
     status_code=200,
-    responses={200: {"content": {MEDIA_TYPE: {"schema": {"type": "string"}}}}},
+    responses={200: {"content": {MEDIA_TYPE: {"schema": SSE_MESSAGE}}}},
 )
 async def events(
     request: Request,
