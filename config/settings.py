@@ -170,7 +170,7 @@ class Settings(BaseSettings):
 
     def _resolve_api_keys(self) -> None:
         if self.api_keys_file:
-            if "api_keys" in self.model_fields_set:
+            if self.api_keys:  # empty is unset
                 raise ConfigurationError(
                     "set AGENTSTATE_API_KEYS or AGENTSTATE_API_KEYS_FILE, not both"
                 )

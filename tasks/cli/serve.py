@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 from typing import Any
 
 from config import get_settings
@@ -26,8 +27,9 @@ def add_serve(sub: Any) -> None:
     serve.description = DESCRIPTION
     serve.formatter_class = argparse.RawDescriptionHelpFormatter
     serve.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (127.0.0.1; needs keys "
-        "for any address that is not loopback)"
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (127.0.0.1; needs keys for any address that is not loopback)",
     )
     serve.add_argument("--port", type=int, default=8000, help="port to listen on (8000)")
 
@@ -36,14 +38,14 @@ def cmd_serve(args: argparse.Namespace) -> None:
     """Serve until stopped."""
     if not 0 < args.port < 65536:
         raise UsageError("--port must be between 1 and 65535")
-    try:
-        import fastapi  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as exc:
-        raise MissingDependencyError(
-            f"agentstate serve needs the server extra ({exc.name} is missing): "
-            "pip install 'agentstate[server]'"
-        ) from None
+    for module in ("fastapi", "uvicorn"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            raise MissingDependencyError(
+                f"agentstate serve needs the server extra ({module} is missing): "
+                "pip install 'agentstate[server]'"
+            ) from None
     from tasks.server.serve import serve
 
     serve(args.host, args.port, get_settings())

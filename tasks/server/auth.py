@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
+from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -67,7 +68,7 @@ class KeyTable:
 
 
 async def caller(
-    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 ) -> Caller:
     """The dependency every ``/v1`` route takes."""
     table: KeyTable = request.app.state.keys

@@ -124,6 +124,7 @@ class ThreadedClient:
     def events(
         self,
         session_id: str,
+        *,
         after: int = 0,
         follow: bool = False,
         timeout: float | None = None,
@@ -131,7 +132,9 @@ class ThreadedClient:
         tokens: bool = False,
     ) -> AsyncIterator[Document]:
         options = {"user_id": user_id, "tokens": tokens}
-        return _follow(self.sync, session_id, after, follow, timeout, options)
+        return _follow(
+            self.sync, session_id, after=after, follow=follow, timeout=timeout, options=options
+        )
 
     # -- workflows ---------------------------------------------------------------------
 
@@ -201,6 +204,7 @@ def _supported(method: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, 
 async def _follow(
     sync: AgentClient,
     session_id: str,
+    *,
     after: int,
     follow: bool,
     timeout: float | None,

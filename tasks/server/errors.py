@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 RETRY_AFTER_S = "1"
 
 # The first row an exception is an instance of says how it answers (subclasses first).
-_RULES: list[tuple[tuple[type[BaseException], ...], int, str]] = [
+_RULES: list[tuple[tuple[type[Exception], ...], int, str]] = [
     ((UnauthorizedError,), 401, "unauthorized"),
     ((ForbiddenError,), 403, "forbidden"),
     ((DatabaseNotFoundError,), 503, "unavailable"),  # the server's setup, not the caller's

@@ -72,7 +72,9 @@ def serve(host: str, port: int, settings: Settings) -> None:
         hide_secrets_in(logging.getLogger(name))
     server = _Server(config, app)
     keys = settings.api_key_users
-    mode = f"{len(keys)} API keys" if keys else "no API keys: loopback only, callers are the operator"
+    mode = (
+        f"{len(keys)} API keys" if keys else "no API keys: loopback only, callers are the operator"
+    )
     logging.getLogger(__name__).warning(
         "agentstate serve on http://%s:%d (console at /, API under /v1; %s)", host, port, mode
     )

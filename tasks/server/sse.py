@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import anyio
-from anyio.abc import CancelScope
+from anyio import CancelScope
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -116,9 +116,7 @@ class EventStream(Response):
             self.release()
 
     async def _stream(self, receive: Receive, send: Send) -> None:
-        await send(
-            {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
-        )
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         await _chunk(send, f"retry: {RECONNECT_MS}\n\n".encode())
         sender, receiver = anyio.create_memory_object_stream[Document](_BUFFER)
         async with anyio.create_task_group() as group:

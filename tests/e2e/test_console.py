@@ -172,10 +172,19 @@ def test_a_workflow_dag_is_drawn_with_its_step_statuses(
 ) -> None:
     steps = [
         {"step_id": "fetch", "action": "calculate", "inputs": {"expression": "2+3"}},
-        {"step_id": "left", "action": "calculate", "inputs": {"expression": "fetch*2"},
-         "dependencies": ["fetch"]},
-        {"step_id": "right", "action": "fail", "inputs": {"message": "on purpose"},
-         "dependencies": ["fetch"], "max_retries": 0},
+        {
+            "step_id": "left",
+            "action": "calculate",
+            "inputs": {"expression": "fetch*2"},
+            "dependencies": ["fetch"],
+        },
+        {
+            "step_id": "right",
+            "action": "fail",
+            "inputs": {"message": "on purpose"},
+            "dependencies": ["fetch"],
+            "max_retries": 0,
+        },
         {"step_id": "join", "action": "echo", "dependencies": ["left", "right"]},
         {"step_id": "side", "action": "echo"},
     ]

@@ -128,7 +128,9 @@ def test_a_message_is_accepted_then_answered(api: Api) -> None:
     assert session_id in {item["session_id"] for item in listed["items"]}
 
 
-def test_another_users_session_reads_exactly_as_an_unknown_one(api: Api, agent: AgentClient) -> None:
+def test_another_users_session_reads_exactly_as_an_unknown_one(
+    api: Api, agent: AgentClient
+) -> None:
     alice, bob = api.client("alice"), api.client("bob")
     session_id, unknown = uid("mine"), uid("none")
     send(alice, session_id, "what is 1+1?", "alice")
@@ -163,9 +165,10 @@ def test_writes_to_another_users_objects_answer_404_and_change_nothing(
     alice, bob = api.client("alice"), api.client("bob")
     session_id = uid("w")
     send(alice, session_id, "forget everything", "alice")
-    approval = wait_for(lambda: (alice.get("/v1/approvals").json() or None), what="approval")[0]
+    approval = wait_for(lambda: alice.get("/v1/approvals").json() or None, what="approval")[0]
     started = alice.post(
-        "/v1/workflows", json={"steps": [{"step_id": "a", "action": "sleep", "inputs": {"seconds": 30}}]}
+        "/v1/workflows",
+        json={"steps": [{"step_id": "a", "action": "sleep", "inputs": {"seconds": 30}}]},
     )
     workflow_id = started.json()["workflow_id"]
     error(bob.post(f"/v1/sessions/{session_id}/cancel"), 404, "not_found")
@@ -200,9 +203,7 @@ def test_one_idempotency_key_makes_one_message_and_one_turn(api: Api) -> None:
     )
     error(other, 409, "conflict")
     doc = wait_for(lambda: replied(alice, session_id), what="the reply")
-    assert [m["content"] for m in doc["message_history"] if m["role"] == "user"] == [
-        "what is 2+2?"
-    ]
+    assert [m["content"] for m in doc["message_history"] if m["role"] == "user"] == ["what is 2+2?"]
     assert sum(m["role"] == "assistant" for m in doc["message_history"]) == 1
 
 
@@ -267,9 +268,10 @@ def test_workflows_start_read_cancel_and_retry(api: Api) -> None:
     other = {**spec, "steps": spec["steps"][:1]}
     error(alice.post("/v1/workflows", json=other), 409, "conflict")
     wait_for(
-        lambda: alice.get(f"/v1/workflows/{workflow_id}").json()["steps"]["a"]["status"]
-        == "success"
-        or None,
+        lambda: (
+            alice.get(f"/v1/workflows/{workflow_id}").json()["steps"]["a"]["status"] == "success"
+            or None
+        ),
         what="step a",
     )
     cancelled = alice.post(f"/v1/workflows/{workflow_id}/cancel")
@@ -353,7 +355,12 @@ def test_bad_input_is_a_4xx_and_stores_nothing(
         ("POST", message, {"json": {"text": "hi"}}, 422),
         ("POST", message, {"json": {"text": "hi", "user_id": "no spaces"}}, 422),
         ("POST", message, {"json": {"text": "hi", "user_id": user, "extra": 1}}, 422),
-        ("POST", message, {"json": {"text": "hi", "user_id": user, "multitask_strategy": "x"}}, 422),
+        (
+            "POST",
+            message,
+            {"json": {"text": "hi", "user_id": user, "multitask_strategy": "x"}},
+            422,
+        ),
         ("POST", message, {"json": [1, 2]}, 422),
         ("POST", message, {"content": b"{not json", "headers": JSON}, 422),
         ("POST", message, {"content": b'{"text": NaN, "user_id": "u"}', "headers": JSON}, 422),
@@ -387,7 +394,12 @@ def test_bad_input_is_a_4xx_and_stores_nothing(
             },
             400,
         ),
-        ("POST", "/v1/workflows", {"json": {"steps": [{"step_id": "a", "action": "echo", "inptus": {}}]}}, 400),
+        (
+            "POST",
+            "/v1/workflows",
+            {"json": {"steps": [{"step_id": "a", "action": "echo", "inptus": {}}]}},
+            400,
+        ),
         ("GET", "/v1/sessions", {"params": {"limit": 0}}, 422),
         ("GET", "/v1/sessions", {"params": {"cursor": "not-a-cursor"}}, 400),
         ("GET", "/v1/sessions", {"params": {"phase": "dancing"}}, 400),

@@ -20,6 +20,7 @@ router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
     "user's key sees that user's only; an operator may filter with `user_id`.",
 )
 async def list_approvals(
+    *,
     who: Who,
     client: Client,
     user_id: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
@@ -40,7 +41,7 @@ async def list_approvals(
     "`expires_at`, answers 409.",
 )
 async def decide(
-    approval_id: ApprovalId, body: DecisionIn, who: Who, client: Client
+    *, approval_id: ApprovalId, body: DecisionIn, who: Who, client: Client
 ) -> ApprovalOut:
     doc = await client.decide(
         approval_id, body.approve, body.by, note=body.note, user_id=who.user_id

@@ -59,6 +59,7 @@ SSE_MESSAGE = {
     "that user: any other answers 404, as an unknown session does.",
 )
 async def send_message(
+    *,
     session_id: SessionId,
     body: MessageIn,
     who: Who,
@@ -84,6 +85,7 @@ async def send_message(
 
 @router.get("/sessions", summary="List sessions, newest first")
 async def list_sessions(
+    *,
     who: Who,
     client: Client,
     user_id: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
@@ -106,6 +108,7 @@ async def list_sessions(
     "was when that revision was committed.",
 )
 async def get_session(
+    *,
     session_id: SessionId,
     who: Who,
     client: Client,
@@ -127,6 +130,7 @@ async def get_session(
 
 @router.get("/sessions/{session_id}/revisions", summary="A session's revisions, oldest first")
 async def revisions(
+    *,
     session_id: SessionId,
     who: Who,
     client: Client,
@@ -151,6 +155,7 @@ async def revisions(
     responses={200: {"content": {MEDIA_TYPE: {"schema": SSE_MESSAGE}}}},
 )
 async def events(
+    *,
     request: Request,
     session_id: SessionId,
     who: Who,
@@ -186,7 +191,7 @@ async def events(
     description="Ends the session's running turn now (one `cancelled` reply); queued "
     "messages still run. `cancelled` is false when no turn was running.",
 )
-async def cancel_turn(session_id: SessionId, who: Who, client: Client) -> Cancelled:
+async def cancel_turn(*, session_id: SessionId, who: Who, client: Client) -> Cancelled:
     return Cancelled(cancelled=await client.cancel_turn(session_id, user_id=who.user_id))
 
 

@@ -12,7 +12,7 @@ router = APIRouter(prefix="/v1", tags=["users"])
 
 
 @router.get("/me", summary="Whom this key stands for")
-async def me(who: Who) -> CallerOut:
+async def me(*, who: Who) -> CallerOut:
     return CallerOut(user_id=who.user_id, operator=who.operator)
 
 
@@ -23,7 +23,7 @@ async def me(who: Who) -> CallerOut:
     "revisions, approvals, workflows and steps, the user's state, and every Redis key "
     "naming them. Idempotent: erasing again deletes nothing more. A user's key answers 403.",
 )
-async def erase_user(user_id: UserId, who: Who, client: Client) -> Erased:
+async def erase_user(*, user_id: UserId, who: Who, client: Client) -> Erased:
     require_operator(who)
     counts = await client.erase_user(user_id)
     return Erased(user_id=user_id, deleted=counts)

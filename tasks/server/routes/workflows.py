@@ -37,6 +37,7 @@ def unknown_workflow(workflow_id: str) -> NotFoundError:
     "spec it answers 409.",
 )
 async def start_workflow(
+    *,
     spec: WorkflowSpec,
     who: Who,
     client: Client,
@@ -50,6 +51,7 @@ async def start_workflow(
 
 @router.get("", summary="List workflows, newest first")
 async def list_workflows(
+    *,
     who: Who,
     client: Client,
     user_id: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
@@ -72,7 +74,7 @@ async def list_workflows(
 
 
 @router.get("/{workflow_id}", summary="Read a workflow and its steps")
-async def get_workflow(workflow_id: WorkflowId, who: Who, client: Client) -> WorkflowOut:
+async def get_workflow(*, workflow_id: WorkflowId, who: Who, client: Client) -> WorkflowOut:
     doc = await client.get_workflow(workflow_id, user_id=who.user_id)
     if doc is None:
         raise unknown_workflow(workflow_id)
@@ -85,7 +87,7 @@ async def get_workflow(workflow_id: WorkflowId, who: Who, client: Client) -> Wor
     description="Its status becomes `cancelled`; every step not yet terminal ends "
     "`skipped`. A finished workflow answers 409.",
 )
-async def cancel_workflow(workflow_id: WorkflowId, who: Who, client: Client) -> WorkflowOut:
+async def cancel_workflow(*, workflow_id: WorkflowId, who: Who, client: Client) -> WorkflowOut:
     doc = await client.cancel_workflow(workflow_id, user_id=who.user_id)
     return WorkflowOut.model_validate(doc)
 
@@ -96,6 +98,6 @@ async def cancel_workflow(workflow_id: WorkflowId, who: Who, client: Client) -> 
     description="Failed and skipped steps run again; successful steps keep their outputs. "
     "A running or successful workflow answers 409.",
 )
-async def retry_workflow(workflow_id: WorkflowId, who: Who, client: Client) -> WorkflowOut:
+async def retry_workflow(*, workflow_id: WorkflowId, who: Who, client: Client) -> WorkflowOut:
     doc = await client.retry_workflow(workflow_id, user_id=who.user_id)
     return WorkflowOut.model_validate(doc)
