@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create the secret files docker-compose.yml mounts (./secrets/, never committed):
-# random passwords for Postgres and Redis, and the URLs agentstate reads with them
-# (AGENTSTATE_*_URL_FILE), percent-escaped as URLs require. Existing files are kept.
+# random passwords for Postgres and Redis, the URLs agentstate reads with them
+# (AGENTSTATE_*_URL_FILE), percent-escaped as URLs require, and an operator key for the
+# HTTP API (AGENTSTATE_API_KEYS_FILE). Existing files are kept.
 #
 #   scripts/make-secrets.sh [DIR]      # default: ./secrets next to docker-compose.yml
 set -euo pipefail
@@ -29,4 +30,7 @@ postgres = secret("postgres_password", lambda: secrets.token_urlsafe(32))
 redis = secret("redis_password", lambda: secrets.token_urlsafe(32))
 secret("database_url", lambda: f"postgresql+psycopg2://agentstate:{quote(postgres, safe='')}@postgres:5432/agentstate")
 secret("redis_url", lambda: f"redis://:{quote(redis, safe='')}@redis:6379/0")
+# The api service's keys (AGENTSTATE_API_KEYS_FILE): one operator key; add key:user_id
+# lines for your users' keys.
+secret("api_keys", lambda: f"{secrets.token_urlsafe(32)}:*")
 PY
