@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import statistics
 import tempfile
@@ -67,7 +68,8 @@ def http_turns(table: list[Row], notes: list[str], scale: float, args: Any) -> N
                             rate, took = _client_round(client, f"c{n}", sessions, per)
                         results[side].append(rate)
                         accept[side].extend(took)
-                    say(f"http {results['http'][-1]:.1f}, client {results['client'][-1]:.1f} turns/s")
+                    rates = f"http {results['http'][-1]:.1f}, client {results['client'][-1]:.1f}"
+                    say(f"{rates} turns/s")
         finally:
             server.stop()
     table.append(
@@ -158,7 +160,9 @@ def followers(table: list[Row], notes: list[str], scale: float, args: Any) -> No
             client.wait_for_idle(session_id, timeout=60)
             seq = list(client.events(session_id))[-1]["seq"]
             before = harness.rss_kib([server.proc.pid])
-            result = asyncio.run(_hold(server.port, session_id, seq, count, client, server))
+            result = asyncio.run(
+                _hold(server.port, session_id, seq, count, client=client, server=server)
+            )
         finally:
             server.stop()
     held, after, fanout = result
@@ -206,7 +210,13 @@ def followers(table: list[Row], notes: list[str], scale: float, args: Any) -> No
 
 
 async def _hold(
-    port: int, session_id: str, after: int, count: int, client: AgentClient, server: ApiServer
+    port: int,
+    session_id: str,
+    after: int,
+    count: int,
+    *,
+    client: AgentClient,
+    server: ApiServer,
 ) -> tuple[int, int, float]:
     opened = asyncio.Event()
     ready: list[int] = []
@@ -242,18 +252,14 @@ async def _hold(
             writer.close()
 
     tasks = [asyncio.create_task(one()) for _ in range(count)]
-    try:
+    with contextlib.suppress(TimeoutError):  # some never opened: the row says how many
         await asyncio.wait_for(opened.wait(), timeout=300)
-    except TimeoutError:
-        pass
     await asyncio.sleep(2.0)  # every stream's first wait has begun
     rss = harness.rss_kib([server.proc.pid])
     sent = time.perf_counter()
     await asyncio.to_thread(client.send_message, session_id, "hello again", user_id="bench-user")
-    try:
+    with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(done.wait(), timeout=300)
-    except TimeoutError:
-        pass
     fanout = (max(got_reply) - sent) if got_reply else float("nan")
     for task in tasks:
         task.cancel()
