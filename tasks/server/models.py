@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 ID_PATTERN = r"^[A-Za-z0-9._:\-]{1,128}$"
 MAX_TEXT_CHARS = 1 << 20  # the byte limit (AGENTSTATE_MAX_MESSAGE_BYTES) is checked after
@@ -225,13 +225,8 @@ class CallerOut(BaseModel):
     operator: bool
 
 
-class Erased(BaseModel):
-    """Rows deleted per kind."""
-
-    model_config = ConfigDict(extra="allow")
-
-    user_id: str
-    deleted: dict[str, int]
+class Erased(RootModel[dict[str, Any]]):
+    """Rows deleted per kind (``{"sessions": 2, "messages": 14, ...}``)."""
 
 
 class Health(BaseModel):

@@ -334,10 +334,11 @@ def test_erasure_is_for_the_operator_key_only(api: Api, agent: AgentClient) -> N
     assert agent.get_session(session_id) is not None
     erased = operator.delete(f"/v1/users/{user}")
     assert erased.status_code == 200, erased.text
-    assert erased.json()["user_id"] == user and sum(erased.json()["deleted"].values()) > 0
+    counts = erased.json()
+    assert counts and all(isinstance(n, int) for n in counts.values()) and sum(counts.values()) > 0
     error(operator.get(f"/v1/sessions/{session_id}"), 404, "not_found")
     again = operator.delete(f"/v1/users/{user}")
-    assert again.status_code == 200 and sum(again.json()["deleted"].values()) == 0
+    assert again.status_code == 200 and sum(again.json().values()) == 0
 
 
 # -- bad input -----------------------------------------------------------------------

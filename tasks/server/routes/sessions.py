@@ -173,10 +173,10 @@ async def events(
         raise unknown_session(session_id)
     lifetime = min(timeout or settings.stream_max_seconds, settings.stream_max_seconds)
     slots: StreamSlots = request.app.state.streams
-    release = slots.take()
     source = client.events(
         session_id, after=start, follow=True, timeout=None, user_id=who.user_id, tokens=tokens
     )
+    release = slots.take()  # after anything that may raise: EventStream gives it back
     return EventStream(
         source,
         StreamLimits(heartbeat=settings.stream_heartbeat, lifetime=lifetime),

@@ -19,11 +19,11 @@ async def me(*, who: Who) -> CallerOut:
 @router.delete(
     "/users/{user_id}",
     summary="Erase a user (operator key only)",
-    description="Deletes the user's sessions and their forks, history, inbox, events, "
+    description="Answers what `AgentClient.erase_user` returns: rows deleted per kind. "
+    "Deletes the user's sessions and their forks, history, inbox, events, "
     "revisions, approvals, workflows and steps, the user's state, and every Redis key "
     "naming them. Idempotent: erasing again deletes nothing more. A user's key answers 403.",
 )
 async def erase_user(*, user_id: UserId, who: Who, client: Client) -> Erased:
     require_operator(who)
-    counts = await client.erase_user(user_id)
-    return Erased(user_id=user_id, deleted=counts)
+    return Erased(await client.erase_user(user_id))
