@@ -4,14 +4,12 @@ Both are plain ASGI middleware, outside the routes, so no route can forget them:
 
 - ``BodyLimit`` reads a body up to AGENTSTATE_MAX_REQUEST_BYTES before the app sees it
   (a larger one, announced or streamed, answers 413 and reaches no route);
-- ``TimeLimit`` answers 503 (kind ``timeout``) when a handler has not started its answer
+- ``TimeLimit`` answers 503 (kind ``timeout``) when a handler has not begun its answer
   within AGENTSTATE_REQUEST_TIME_LIMIT. An event stream has started its answer, so it
   runs on under its own limits (AGENTSTATE_STREAM_MAX_SECONDS).
 """
 
 from __future__ import annotations
-
-import math
 
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -78,7 +76,11 @@ def _content_length(scope: Scope) -> int | None:
 
 
 class TimeLimit:
-    """Answer 503 when a handler has not begun its answer within ``seconds``."""
+    """Answer 503 when a handler has not begun its answer within ``seconds``.
+
+    A timer, not a deadline on the handler: once an answer has begun nothing cancels it,
+    however close to the limit it began (a deadline that had already passed would).
+    """
 
     def __init__(self, app: ASGIApp, seconds: float) -> None:
         self.app = app
@@ -88,18 +90,30 @@ class TimeLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
-        with anyio.CancelScope(deadline=anyio.current_time() + self.seconds) as limit:
+        started = timed_out = False
+        handler, timer = anyio.CancelScope(), anyio.CancelScope()
 
-            async def watched(message: Message) -> None:
-                nonlocal started
-                if message["type"] == "http.response.start":
-                    started = True
-                    limit.deadline = math.inf  # answering now: a stream has its own limits
-                await send(message)
+        async def expire() -> None:
+            nonlocal timed_out
+            with timer:
+                await anyio.sleep(self.seconds)
+                if not started:
+                    timed_out = True
+                    handler.cancel()
 
-            await self.app(scope, receive, watched)
-        if limit.cancelled_caught and not started:
+        async def watched(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True  # before any await: the timer can no longer fire
+                timer.cancel()
+            await send(message)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(expire)
+            with handler:
+                await self.app(scope, receive, watched)
+            timer.cancel()
+        if timed_out and not started:
             message = (
                 f"no answer within AGENTSTATE_REQUEST_TIME_LIMIT ({self.seconds:g} s); "
                 "a write may still have happened: repeat it with the same Idempotency-Key"
