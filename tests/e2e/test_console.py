@@ -250,6 +250,11 @@ def test_an_approval_granted_from_the_page_lets_the_turn_go_on(
     page.locator("#session-phase", has_text="idle").wait_for()
     reply = page.locator("#conversation .message.assistant .text").last.inner_text()
     assert reply and "forg" in reply.lower()
+    path = page.locator("#conversation .message.assistant ol.path").last
+    path.wait_for()
+    phases = path.locator("li").all_inner_texts()
+    assert phases[phases.index("awaiting_approval") + 1] == "executing", phases
+    assert phases[-1] == "idle"
     shot(page, "approved-turn", tmp_path)
 
 
