@@ -1,5 +1,6 @@
-# agentstate image: one image for every role (worker, beat, flower, migrate); the role is
-# the command (see docker-compose.yml). Default: a Celery worker.
+# agentstate image: one image for every role (worker, beat, flower, migrate, api); the role
+# is the command (see docker-compose.yml). Default: a Celery worker. The lock includes the
+# server extra (FastAPI, uvicorn), so `agentstate serve` runs from this image too.
 #
 # The base image is pinned by digest (python:3.11.16-slim, multi-platform index, as the
 # docker-library/repo-info records list it): a rebuild gets the same bytes. To move on,

@@ -40,13 +40,15 @@ bench: install services
 	$(BIN)/python -m bench $(if $(ROWS),--rows $(ROWS)) $(if $(QUICK),--quick)
 
 # requirements.lock (the Docker image installs exactly it): every dependency of
-# pyproject.toml and the build backend, pinned, with the hashes of PyPI's files.
+# pyproject.toml (with the server extra: the image also runs `agentstate serve`) and the
+# build backend, pinned, with the hashes of PyPI's files.
 lock:
 	$(PYTHON) -m venv $(VENV)/pip-tools
 	$(VENV)/pip-tools/bin/pip install --quiet --disable-pip-version-check pip-tools==7.6.2
 	env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null \
 		CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/pip-tools/bin/pip-compile --quiet \
 		--generate-hashes --allow-unsafe --all-build-deps --strip-extras --no-emit-index-url \
+		--extra server \
 		--output-file requirements.lock pyproject.toml
 
 clean:

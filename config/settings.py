@@ -9,6 +9,7 @@ from functools import lru_cache
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from config.api_keys import parse_api_keys
 from config.urls import (
     absolute_sqlite_url,
     check_broker_url,
@@ -125,6 +126,18 @@ class Settings(BaseSettings):
     task_time_limit: float = Field(0.0, ge=0)
     # KiB of resident memory after which a worker child is replaced (0: never).
     worker_max_memory_per_child: int = Field(512_000, ge=0)
+    # The HTTP service (`agentstate serve`): bearer keys ("key:user_id,key2:*"; a secret,
+    # kept out of repr()), or the file holding them, and what one request may cost.
+    api_keys: str = Field("", repr=False)
+    api_keys_file: str = ""
+    max_request_bytes: int = Field(2 << 20, gt=0)
+    request_time_limit: float = Field(30.0, gt=0)
+    # Event streams (Server-Sent Events): a comment this often keeps proxies from closing
+    # an idle stream; a stream ends after stream_max_seconds (the browser reconnects with
+    # Last-Event-ID); at most max_streams are open at once in one serve process.
+    stream_heartbeat: float = Field(15.0, gt=0)
+    stream_max_seconds: float = Field(900.0, gt=0)
+    max_streams: int = Field(1000, ge=1)
 
     @field_validator("agent", "queue")
     @classmethod
@@ -156,7 +169,24 @@ class Settings(BaseSettings):
         if not self.broker_url:
             object.__setattr__(self, "broker_url", self.redis_url)
         self._derive_time_limits()
+        self._resolve_api_keys()
         return self
+
+    def _resolve_api_keys(self) -> None:
+        if self.api_keys_file:
+            if self.api_keys:  # empty is unset
+                raise ConfigurationError(
+                    "set AGENTSTATE_API_KEYS or AGENTSTATE_API_KEYS_FILE, not both"
+                )
+            keys = read_secret_file("AGENTSTATE_API_KEYS_FILE", self.api_keys_file)
+            object.__setattr__(self, "api_keys", keys)
+        parse_api_keys(self.api_keys)  # refused at start, naming the variable
+
+    @property
+    def api_key_users(self) -> dict[str, str]:
+        """``{key: user_id}`` of AGENTSTATE_API_KEYS (``"*"``: an operator key); empty
+        when no key is set (then ``agentstate serve`` listens on loopback only)."""
+        return parse_api_keys(self.api_keys)
 
     def _derive_time_limits(self) -> None:
         longest = max(self.execution_timeout, self.lock_timeout)
@@ -195,6 +225,8 @@ def get_settings() -> Settings:
 
 
 URL_FIELDS = ("redis_url", "broker_url", "database_url")
+# Values that may come from a file (FIELD_file) and then never travel in the environment.
+SECRET_FIELDS = (*URL_FIELDS, "api_keys")
 MIN_TIME_LIMIT_S = 360.0
 TIME_LIMIT_GRACE_S = 60.0
 
@@ -244,9 +276,9 @@ def child_environment(settings: Settings) -> dict[str, str]:
     the worker processes the demo, tests and benchmarks start)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTSTATE_")}
     values = settings.model_dump()
-    for field in URL_FIELDS:
+    for field in SECRET_FIELDS:
         if values[f"{field}_file"]:
-            del values[field]  # the child reads the same file (and the URL stays off env)
+            del values[field]  # the child reads the same file (and the secret stays off env)
     if settings.redis_url_file and not settings.broker_url_file:
         values.pop("broker_url", None)  # it defaulted to the Redis URL: it will again
     for name, value in values.items():

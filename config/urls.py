@@ -119,6 +119,11 @@ def remember_secrets(url: str) -> None:
     _secrets.add({form for written in found for form in _spellings(written)})
 
 
+def remember_secret_values(values: set[str]) -> None:
+    """Scrub these secrets (API keys) from logs, as the passwords of accepted URLs are."""
+    _secrets.add(values)
+
+
 def _spellings(written: str) -> set[str]:
     """A password as written in the URL, decoded, re-escaped, and quoted the ways
     ``repr`` and JSON quote it inside a message (a logged exception is often a repr)."""

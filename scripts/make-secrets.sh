@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Create the secret files docker-compose.yml mounts (./secrets/, never committed):
-# random passwords for Postgres and Redis, and the URLs agentstate reads with them
-# (AGENTSTATE_*_URL_FILE), percent-escaped as URLs require. Existing files are kept, and
-# missing ones added (run it again after an upgrade that mounts a new secret).
+# random passwords for Postgres and Redis, the URLs agentstate reads with them
+# (AGENTSTATE_*_URL_FILE), percent-escaped as URLs require, and an operator key for the
+# HTTP API (AGENTSTATE_API_KEYS_FILE). Existing files are kept, and missing ones added
+# (run it again after an upgrade that mounts a new secret).
 #
 #   scripts/make-secrets.sh [DIR]      # default: ./secrets next to docker-compose.yml
 set -euo pipefail
@@ -36,4 +37,7 @@ secret("pgbouncer_database_url", lambda: database_url("pgbouncer"))  # --profile
 redis_url = secret("redis_url", lambda: f"redis://:{quote(redis, safe='')}@redis:6379/0")
 # The broker: Redis too, unless you write another URL here (amqp://rabbitmq:5672//).
 secret("broker_url", lambda: redis_url)
+# The api service's keys (AGENTSTATE_API_KEYS_FILE): one operator key; add key:user_id
+# lines for your users' keys.
+secret("api_keys", lambda: f"{secrets.token_urlsafe(32)}:*")
 PY

@@ -186,3 +186,20 @@ class ActionRegistrationError(AgentStateError):
 
 class SessionExistsError(BadInputError):
     """A session with that id already exists (a fork needs a new id)."""
+
+
+class RequestTooLargeError(BadInputError):
+    """An HTTP request body is larger than AGENTSTATE_MAX_REQUEST_BYTES (HTTP 413)."""
+
+
+class UnauthorizedError(AgentStateError):
+    """An HTTP request without a valid ``Authorization: Bearer KEY`` (HTTP 401)."""
+
+
+class ForbiddenError(AgentStateError):
+    """A user's key asked for what only an operator key may do (HTTP 403)."""
+
+
+class MissingDependencyError(AgentStateError):
+    """An optional part of agentstate needs packages that are not installed (an extra,
+    such as ``pip install 'agentstate[server]'`` for ``agentstate serve``)."""

@@ -192,3 +192,17 @@ def test_the_completion_poll_reads_only_the_polled_sessions(bench_target: None) 
         plan = harness.answered_plan(polled)
         assert "Seq Scan" not in plan, plan
         assert re.search(_BY_SESSION, plan), plan
+
+
+def test_the_http_rows_run(bench_target: None) -> None:
+    table, _ = run("http", "followers")
+    finite(table)
+    assert [row.name for row in table] == [
+        "turns/s sent over HTTP (serve) vs the Python client",
+        "message accepted p50, HTTP vs the Python client",
+        "event streams held by one serve process",
+        "serve RSS per open event stream",
+        "a reply reaching all 4 streams",
+    ]
+    held = table[2]
+    assert held.verdict == "met" and held.ours == held.baseline == 4

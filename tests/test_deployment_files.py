@@ -37,7 +37,7 @@ SHARED_SCHEMA = Path(__file__).resolve().parents[2] / "shared" / "schemas" / "co
 BUNDLED_SCHEMA = Path(__file__).resolve().parent / "data" / "compose-spec.json"
 
 IMAGE = "agentstate:latest"
-APP_SERVICES = {"migrate", "worker", "beat", "flower"}  # built from this repository
+APP_SERVICES = {"migrate", "worker", "beat", "flower", "api"}  # built from this repository
 ONE_SHOT = {"migrate"}
 # Opt-in with `docker compose --profile NAME`: a plain `up` starts none of them.
 PROFILE_SERVICES = {"rabbitmq": "rabbitmq", "pgbouncer": "pgbouncer"}
@@ -49,6 +49,7 @@ EXPECTED_DEPENDS_ON = {
     "worker": {"redis": HEALTHY, "postgres": HEALTHY, "migrate": COMPLETED},
     "beat": {"redis": HEALTHY, "postgres": HEALTHY, "migrate": COMPLETED},
     "flower": {"redis": HEALTHY},
+    "api": {"redis": HEALTHY, "postgres": HEALTHY, "migrate": COMPLETED},
     "pgbouncer": {"postgres": HEALTHY},
 }
 # Programs of the third-party images, by service (the app image's are resolved below).
@@ -430,6 +431,35 @@ def test_flower_port_matches_publish_and_healthcheck() -> None:
         re.fullmatch(pattern.rstrip("$"), "/healthcheck") and target.__name__ == "Healthcheck"
         for pattern, target in routes
     ), "this Flower serves no /healthcheck"
+
+
+def test_api_serves_with_keys_on_the_port_it_publishes_and_checks() -> None:
+    api = services()["api"]
+    argv = as_argv(api["command"])
+    assert argv[:2] == ["agentstate", "serve"]
+    port = argv[argv.index("--port") + 1]
+    host = argv[argv.index("--host") + 1]
+    published = [interpolate(str(p), {}) for p in api.get("ports", [])]
+    assert published == [f"127.0.0.1:{port}:{port}"], "publish on localhost unless told"
+    test = " ".join(healthcheck_argv(api["healthcheck"]["test"]))
+    assert f"localhost:{port}/readyz" in test
+    # Listening on every address of the container needs keys (serve refuses otherwise).
+    assert host == "0.0.0.0"
+    assert environment(api)["AGENTSTATE_API_KEYS_FILE"] == f"{SECRETS_DIR}api_keys"
+    assert "api_keys" in mounted_secrets(api)
+    from tasks.server.app import create_app
+
+    assert {"/readyz", "/healthz"} <= set(create_app().openapi()["paths"])
+
+
+def test_api_settings_hold_the_operator_key_from_its_secret(
+    secret_files: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings, _ = container_settings("api", secret_files, monkeypatch)
+    assert list(settings.api_key_users.values()) == ["*"]
+    from tasks.server.serve import check_host
+
+    check_host("0.0.0.0", settings)  # keys are set: every address is allowed
 
 
 def declared_secrets() -> dict[str, dict[str, Any]]:
@@ -910,6 +940,8 @@ def test_requirements_lock_pins_every_dependency_with_hashes() -> None:
     entries = lock_entries()
     project = pyproject()
     wanted = project["project"]["dependencies"] + project["build-system"]["requires"]
+    # The image runs `agentstate serve` too (the api service): the server extra is locked.
+    wanted += project["project"]["optional-dependencies"]["server"]
     for requirement in wanted:
         match = re.fullmatch(r"([A-Za-z0-9._-]+)(?:\[[^]]*\])?==(\S+)", requirement)
         assert match, f"pyproject.toml: {requirement!r} is not an exact pin"

@@ -44,6 +44,7 @@ from tasks.cli import progress
 from tasks.cli.approval import add_approval
 from tasks.cli.control import add_session_control, add_workflow_control
 from tasks.cli.outcome import report_turn
+from tasks.cli.serve import add_serve
 from tasks.cli.support import (
     DISTRIBUTION,
     EXIT_BAD_INPUT,
@@ -122,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_user(sub)
     _add_workflow(sub)
     add_approval(sub)
+    add_serve(sub)
     command(sub, "recover", cmd_recover, "run one recovery sweep (what beat runs periodically)")
     migrate = command(sub, "migrate", cmd_migrate, "migrate all stored state to this version")
     migrate.add_argument("--dry-run", action="store_true", help="count, change nothing")

@@ -1,4 +1,5 @@
-"""Starting and stopping real Celery processes: workers, beat and Flower.
+"""Starting and stopping real Celery processes: workers, beat and Flower, and the HTTP
+service (``agentstate serve``).
 
 The one place that launches ``celery -A tasks ...``; the demo, the tests and the
 benchmarks all use it. Each process runs in its own process group, so stopping it also
@@ -64,10 +65,17 @@ def spawn(
 ) -> subprocess.Popen[bytes]:
     """Start ``celery -A tasks <args>`` in a process group of its own, logging to ``log``
     (``launcher``: a command that execs it, e.g. ``ip netns exec NAME``)."""
+    return launch([*launcher, *celery_command(*args)], env, log, cwd)
+
+
+def launch(
+    command: list[str], env: dict[str, str], log: Path | None, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` in a process group of its own, its output appended to ``log``."""
     out = log.open("ab") if log is not None else subprocess.DEVNULL
     try:
         proc = subprocess.Popen(
-            [*launcher, *celery_command(*args)],
+            command,
             cwd=cwd,
             env=env,
             stdout=out,
@@ -106,6 +114,18 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 
 atexit.register(stop_all)
+
+
+def answers(proc: subprocess.Popen[bytes], url: str, timeout_s: float, pause: float = 0.2) -> bool:
+    """Wait until ``url`` answers while ``proc`` runs; False if it did not in time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            urllib.request.urlopen(url, timeout=1).read()  # noqa: S310
+            return True
+        except OSError:
+            time.sleep(pause)
+    return False
 
 
 def stop(procs: list[subprocess.Popen[bytes]], timeout_s: float = STOP_TIMEOUT_S) -> None:
@@ -152,18 +172,38 @@ class Flower:
 
     def wait_ready(self, timeout_s: float = FLOWER_READY_TIMEOUT_S) -> bool:
         """Wait until Flower answers its health check; False if it did not in time."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                urllib.request.urlopen(f"{self.url}/healthcheck", timeout=1).read()  # noqa: S310
-                return True
-            except OSError:
-                time.sleep(0.2)
-        return False
+        return answers(self.proc, f"{self.url}/healthcheck", timeout_s)
 
     def stop(self) -> None:
         """Stop Flower."""
         stop([self.proc])
+
+
+class ApiServer:
+    """``agentstate serve`` on 127.0.0.1:``port`` (the HTTP API and the console)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        port: int,
+        *,
+        log: Path | None = None,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        command = [sys.executable, "-m", "tasks.cli", "serve", "--port", str(port)]
+        self.proc = launch(command, env or child_environment(settings), log, cwd)
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> bool:
+        """Wait until it answers ``/healthz``; False if it did not in time (or exited)."""
+        return answers(self.proc, f"{self.url}/healthz", timeout_s, pause=0.1)
+
+    def stop(self) -> int:
+        """SIGTERM, as a supervisor stops it; return its exit status."""
+        stop([self.proc])
+        return int(self.proc.returncode)
 
 
 class WorkerGroup:
