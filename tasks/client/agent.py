@@ -22,6 +22,7 @@ from state.documents.codec import Document, require_object, require_text
 from state.errors import NotFoundError
 from state.events.feed import EventFeed, whole_number
 from state.events.push import Notifier, Waiter
+from state.events.stream import TokenStream
 from state.ids import validate_id
 from state.machine import WAITING_PHASES, Phase
 from state.sessions.inbox import Inbox
@@ -65,7 +66,10 @@ class AgentClient(ApprovalControl, Timeline):
         celery: Celery = default_app if self.settings == get_settings() else make_app(self.settings)
         self.dispatcher = CeleryDispatcher(celery, broker_for(self.settings))
         self.notifier = Notifier(self.backend.redis, self.settings.events)
-        self.feed = EventFeed(self.backend.engine, self.backend.redis, self.settings.events)
+        self.tokens = TokenStream(self.backend.redis, self.settings)
+        self.feed = EventFeed(
+            self.backend.engine, self.backend.redis, self.settings.events, self.tokens
+        )
         self.workflows = WorkflowEngine(
             WorkflowStore.for_engine(self.backend.engine, self.backend.statements),
             self.dispatcher,
