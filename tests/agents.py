@@ -126,6 +126,10 @@ def _count_risky_run(state: dict[str, object]) -> dict[str, object]:
     return {**state, "risky_runs": (runs if isinstance(runs, int) else 0) + 1}
 
 
+# Quick like the reference agent's (so inline tests run as before); a "trickle" takes two
+# seconds, well within the phase time limit, and runs from its carried snapshot without
+# a lock, so a FLUSHALL mid-stream costs chunks only.
+@quick
 def generating(ctx: PhaseContext) -> PhaseResult:
     if _redis().exists(quiet_key(ctx.session_id)):
         ctx.stream_sink = None
