@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import cached_property
 
 from celery import Celery
 from kombu.exceptions import OperationalError as BrokerError
@@ -30,6 +31,7 @@ from state.sessions.store import SessionStore
 from state.storage import keys
 from state.storage.backend import Backend
 from state.store import PersistentStateManager
+from state.turns.double_texting import DoubleTexting, MultitaskStrategy, parse_strategy
 from state.workflows.engine import WorkflowEngine
 from state.workflows.served import ServedActions
 from state.workflows.store import WorkflowStore
@@ -82,20 +84,36 @@ class AgentClient(ApprovalControl, Timeline):
     # -- conversations ---------------------------------------------------------
 
     def send_message(
-        self, session_id: str, text: str, user_id: str, idempotency_key: str | None = None
+        self,
+        session_id: str,
+        text: str,
+        user_id: str,
+        idempotency_key: str | None = None,
+        multitask_strategy: str = "enqueue",
     ) -> str:
         """Store the message durably, enqueue its turn, return its message id.
 
         With ``idempotency_key``, repeating the call (a retried request, a double click,
         racing callers) returns the first call's message id and starts no second turn;
         the same key with other text raises IdempotencyConflictError.
+
+        ``multitask_strategy`` says what the message does to a busy session (a turn
+        running, or messages waiting): ``"enqueue"`` waits its turn; ``"reject"`` raises
+        SessionBusyError and stores nothing; ``"interrupt"`` cancels the running turn (as
+        ``cancel_turn``) and the messages waiting, then runs; ``"rollback"`` removes the
+        running turn and the waiting messages as if never sent, then runs
+        (``state.turns.double_texting``).
         """
         validate_id(session_id, "session")
         validate_id(user_id, "user")
         require_text(text, "message", self.settings.max_message_bytes)
         if idempotency_key is not None:
             require_key(idempotency_key)
-        item = self.inbox.accept(session_id, user_id, text, idempotency_key)
+        strategy = parse_strategy(multitask_strategy)
+        if strategy == MultitaskStrategy.ENQUEUE:
+            item = self.inbox.accept(session_id, user_id, text, idempotency_key)
+        else:
+            item = self._double_texting.accept(session_id, user_id, text, idempotency_key, strategy)
         try:
             if item.needs_kick:  # else a running turn, or the one already kicked, takes it
                 self._kick(session_id, item.session_revision)
@@ -105,6 +123,10 @@ class AgentClient(ApprovalControl, Timeline):
             # wakes it.
             self.notifier.session(session_id)
         return item.message_id
+
+    @cached_property
+    def _double_texting(self) -> DoubleTexting:
+        return DoubleTexting(self._interventions.services)
 
     def _kick(self, session_id: str, revision: int | None) -> None:
         try:
