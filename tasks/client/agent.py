@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import cached_property
+from functools import cached_property, partial
 
 from celery import Celery
 from kombu.exceptions import OperationalError as BrokerError
@@ -20,12 +20,11 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from config import Settings, get_settings, redact_url
 from config.brokers import broker_for
 from state.documents.codec import Document, require_object, require_text
-from state.errors import NotFoundError
-from state.events.feed import EventFeed, whole_number
+from state.events.feed import EventFeed
 from state.events.push import Notifier, Waiter
 from state.events.stream import TokenStream
 from state.ids import validate_id
-from state.machine import WAITING_PHASES, Phase
+from state.machine import Phase
 from state.sessions.inbox import Inbox
 from state.sessions.store import SessionStore
 from state.storage import keys
@@ -40,6 +39,7 @@ from tasks.app import app as default_app
 from tasks.app import make_app
 from tasks.client.approvals import ApprovalControl
 from tasks.client.control import require_key
+from tasks.client.reads import SessionReads, finished_workflow
 from tasks.client.timeline import Timeline
 from tasks.dispatch.dispatcher import CeleryDispatcher
 
@@ -80,6 +80,7 @@ class AgentClient(ApprovalControl, Timeline):
             self.notifier,
         )
         self.served_actions = ServedActions(self.backend.engine)
+        self.reads = SessionReads(self.sessions, self.inbox, self.feed)
 
     # -- conversations ---------------------------------------------------------
 
@@ -158,22 +159,7 @@ class AgentClient(ApprovalControl, Timeline):
         validate_id(session_id, "session")
         if user_id is not None:
             validate_id(user_id, "user")
-        if revision is not None:
-            whole_number(revision, "revision")
-            found = self.feed.owner(session_id)
-            if found is None or (user_id is not None and found[0] != user_id):
-                return None
-            if found[1] != revision:
-                return self.feed.session_at(self.sessions, session_id, revision)
-        doc = self.sessions.document(
-            session_id, user_id=user_id, history_limit=history_limit, before_seq=before_seq
-        )
-        if doc is not None:
-            doc["queued"] = self.inbox.queued_count(session_id)
-        if doc is not None and revision is not None and doc["revision"] != revision:
-            # It moved on while we read: read that revision from the record instead.
-            return self.feed.session_at(self.sessions, session_id, revision)
-        return doc
+        return self.reads.session(session_id, user_id, history_limit, before_seq, revision)
 
     def wait_for_idle(
         self,
@@ -190,19 +176,9 @@ class AgentClient(ApprovalControl, Timeline):
         validate_id(session_id, "session")
         if user_id is not None:
             validate_id(user_id, "user")
-        seen = {"phase": "unknown"}
-
-        def rested() -> Document | None:
-            found = self.inbox.resting(session_id, user_id)
-            if found is None:
-                raise NotFoundError(f"unknown session {session_id!r}")
-            seen["phase"], queued = found
-            if seen["phase"] not in WAITING_PHASES or queued:
-                return None
-            return self.get_session(session_id, user_id, history_limit)
-
+        seen: Document = {"phase": "unknown"}
         return _wait(
-            rested,
+            partial(self.reads.rested, session_id, user_id, history_limit, seen),
             timeout,
             lambda: f"session {session_id} still in {seen['phase']!r}",
             self._waiter(keys.session_events(session_id)),
@@ -245,17 +221,9 @@ class AgentClient(ApprovalControl, Timeline):
         validate_id(workflow_id, "workflow")
         if user_id is not None:
             validate_id(user_id, "user")
-        seen = {"progress": "progress unknown"}
-
-        def finished() -> Document | None:
-            progress = self.workflows.store.progress(workflow_id, user_id=user_id)
-            if progress is None:
-                raise NotFoundError(f"unknown workflow {workflow_id!r}")
-            seen["progress"] = f"{progress.done}/{progress.total_steps} steps done"
-            return self.get_workflow(workflow_id, user_id) if progress.finished else None
-
+        seen: Document = {"progress": "progress unknown"}
         return _wait(
-            finished,
+            partial(finished_workflow, self.workflows.store, workflow_id, user_id, seen),
             timeout,
             lambda: f"workflow {workflow_id} unfinished ({seen['progress']})",
             self._waiter(keys.workflow_events(workflow_id)),
