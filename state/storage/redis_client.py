@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable
 
 import redis
+import redis.asyncio as aioredis
+from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.sentinel import Sentinel
 
 from config.sentinel import SentinelURL, is_sentinel_url
@@ -61,6 +63,29 @@ def _sentinel_client(url: str) -> redis.Redis:
 
 
 _connect: dict[bool, Callable[[str], redis.Redis]] = {False: _server_client, True: _sentinel_client}
+
+
+def async_redis(url: str) -> aioredis.Redis:
+    """A new asyncio client for ``url`` (one per event loop: its connections belong to
+    the loop that opened them), with the timeouts of the sync clients."""
+    timeouts = {"socket_timeout": _SOCKET_TIMEOUT_S, "socket_connect_timeout": _CONNECT_TIMEOUT_S}
+    if not is_sentinel_url(url):
+        return aioredis.Redis.from_url(
+            url,
+            socket_timeout=_SOCKET_TIMEOUT_S,
+            socket_connect_timeout=_CONNECT_TIMEOUT_S,
+            health_check_interval=30,
+        )
+    target = SentinelURL.parse(url)
+    sentinel = AsyncSentinel(list(target.sentinels), sentinel_kwargs=timeouts, **timeouts)  # type: ignore[no-untyped-call]
+    client: aioredis.Redis = sentinel.master_for(
+        target.service,
+        db=target.db,
+        username=target.username,
+        password=target.password,
+        health_check_interval=30,
+    )
+    return client
 
 
 def forget_clients() -> None:

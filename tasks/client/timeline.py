@@ -59,15 +59,7 @@ class Timeline:
         whole_number(after, "after")
         if user_id is not None:
             validate_id(user_id, "user")
-        if timeout is not None and (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or math.isnan(timeout)
-            or timeout < 0
-        ):
-            raise InvalidPayloadError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
-        if not isinstance(tokens, bool):
-            raise InvalidPayloadError(f"tokens must be true or false, got {tokens!r}")
+        check_follow_arguments(timeout, tokens)
         self.feed.require(session_id, user_id)
         return self.feed.events(session_id, after, follow, timeout, tokens)
 
@@ -99,3 +91,16 @@ class Timeline:
         if user_id is not None:
             validate_id(user_id, "user")
         return fork_session(self.backend.engine, session_id, revision, new_session_id, user_id)
+
+
+def check_follow_arguments(timeout: object, tokens: object) -> None:
+    """InvalidPayloadError unless ``timeout`` is None or seconds >= 0 and ``tokens`` a bool."""
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or math.isnan(timeout)
+        or timeout < 0
+    ):
+        raise InvalidPayloadError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+    if not isinstance(tokens, bool):
+        raise InvalidPayloadError(f"tokens must be true or false, got {tokens!r}")
