@@ -25,107 +25,36 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import redis
-import redis.asyncio as aioredis
 from sqlalchemy import Engine
-from sqlalchemy.exc import InterfaceError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config import Settings, get_settings, redact_url
 from config.brokers import broker_for
 from state.documents import codec
 from state.documents.codec import Document, require_object, require_text
-from state.events.feed import EventFeed, whole_number
-from state.events.hub import PushHub, Subscription
+from state.events.feed import whole_number
 from state.events.push import FALLBACK_POLL_S
-from state.events.stream import TokenMerge, parse_published, stored_from
 from state.ids import validate_id
 from state.machine import Phase
 from state.migrate import stamp
-from state.sessions.inbox import Inbox
-from state.sessions.store import SessionStore
 from state.storage import keys
-from state.storage.async_db import bridged, create_engine_for
-from state.storage.cache import StateCache
-from state.storage.redis_client import CACHE_PUT, STREAM_READ, async_redis
-from state.store import PersistentStateManager
+from state.storage.async_db import bridged
+from state.storage.redis_client import CACHE_PUT
 from state.turns.double_texting import MultitaskStrategy, parse_strategy
-from state.workflows.reads import WorkflowReads
 from tasks.app import app as default_app
 from tasks.app import make_app
 from tasks.client.agent import AgentClient
+from tasks.client.aio_connections import Connections
+from tasks.client.aio_follow import Follower, tolerant
 from tasks.client.control import require_key
-from tasks.client.reads import SessionReads, finished_workflow
+from tasks.client.reads import finished_workflow
 from tasks.client.timeline import check_follow_arguments
 from tasks.dispatch.dispatcher import PHASE_TASK, CeleryDispatcher
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class _NoCache(StateCache):
-    """The sync stores' cache, switched off: the async client reads the database (the
-    authority) and writes the cache itself, with its asyncio Redis client."""
-
-    def __init__(self, ttl_s: int) -> None:
-        super().__init__(redis.Redis(), ttl_s)  # never connects: nothing is called on it
-
-    def get(self, key: str) -> None:
-        return None
-
-    def put(self, key: str, revision: int, document: Document) -> bool:
-        return False
-
-    def evict(self, key: str) -> None:
-        return None
-
-
-@dataclass
-class _Connections:
-    """What one process's event loop uses (its connections belong to that loop)."""
-
-    pid: int
-    loop: asyncio.AbstractEventLoop
-    engine: AsyncEngine
-    redis: aioredis.Redis
-    broker: aioredis.Redis | None
-    hub: PushHub
-    reads: SessionReads
-    workflows: WorkflowReads
-    users: PersistentStateManager
-
-    @classmethod
-    def open(cls, settings: Settings, broker_is_redis: bool) -> _Connections:
-        engine = create_engine_for(settings)
-        sync_engine = engine.sync_engine
-        cache = _NoCache(settings.cache_ttl)
-        sessions = SessionStore(sync_engine, cache)
-        inbox = Inbox(sync_engine)
-        client = async_redis(settings.redis_url)
-        feed = EventFeed(sync_engine, cache.redis, settings.events)
-        users = PersistentStateManager(cache.redis, sync_engine, settings=settings)
-        users.backend = replace(users.backend, cache=cache)
-        return cls(
-            pid=os.getpid(),
-            loop=asyncio.get_running_loop(),
-            engine=engine,
-            redis=client,
-            broker=async_redis(settings.broker_url) if broker_is_redis else None,
-            hub=PushHub(client, settings.events),
-            reads=SessionReads(sessions, inbox, feed),
-            workflows=WorkflowReads(sync_engine),
-            users=users,
-        )
-
-    async def close(self) -> None:
-        await self.hub.close()
-        for client in (self.redis, self.broker):
-            if client is not None:
-                await client.aclose()
-        await self.engine.dispose()
 
 
 class AsyncAgentClient:
@@ -153,17 +82,17 @@ class AsyncAgentClient:
         celery = default_app if self.settings == get_settings() else make_app(self.settings)
         self.dispatcher = CeleryDispatcher(celery, broker_for(self.settings))
         self._broker_is_redis = self.settings.broker_url.startswith(("redis://", "rediss://"))
-        self._connections: _Connections | None = None
+        self._connections: Connections | None = None
         self._sync: tuple[int, AgentClient] | None = None
 
     # -- connections -------------------------------------------------------------
 
-    def _open(self) -> _Connections:
+    def _open(self) -> Connections:
         loop = asyncio.get_running_loop()
         current = self._connections
         if current is None or current.pid != os.getpid() or current.loop is not loop:
             # A new process (after a fork) or a new loop: the old connections are not ours.
-            current = _Connections.open(self.settings, self._broker_is_redis)
+            current = Connections.open(self.settings, self._broker_is_redis)
             self._connections = current
         return current
 
@@ -290,13 +219,13 @@ class AsyncAgentClient:
         channel: str,
     ) -> Document:
         deadline = time.monotonic() + timeout
-        found = await _tolerant(check)
+        found = await tolerant(check)
         if found is not None:
             return found
         subscription = await self._open().hub.subscribe(channel)
         try:
             while True:
-                found = await _tolerant(check)
+                found = await tolerant(check)
                 if found is not None:
                     return found
                 remaining = deadline - time.monotonic()
@@ -350,7 +279,7 @@ class AsyncAgentClient:
             channels.append(keys.session_tokens(session_id))
         subscription = await self._open().hub.subscribe(*channels)
         try:
-            async for item in _Follower(self, session_id, after, tokens).run(
+            async for item in Follower(self._open(), session_id, after, tokens).run(
                 subscription, deadline
             ):
                 yield item
@@ -488,111 +417,3 @@ class AsyncAgentClient:
             "fork_session", session_id, revision, new_session_id, user_id=user_id
         )
         return found
-
-
-async def _tolerant(check: Callable[[], Awaitable[Document | None]]) -> Document | None:
-    """While waiting, a database outage is a reason to look again later, not to give up."""
-    try:
-        return await check()
-    except (OperationalError, InterfaceError) as exc:
-        logger.warning(
-            "database unreachable while waiting; retrying: %s", redact_url(str(exc.orig))
-        )
-        return None
-
-
-class _Follower:
-    """One ``events(follow=True)`` iteration: the log read at each push (and on the
-    fallback poll), chunks woven in as ``state.events.stream.TokenMerge`` says, as the
-    sync ``EventFeed`` does."""
-
-    def __init__(self, client: AsyncAgentClient, session_id: str, after: int, tokens: bool) -> None:
-        self.client = client
-        self.session_id = session_id
-        self.cursor = after
-        self.tokens = tokens
-        self.tokens_channel = keys.session_tokens(session_id)
-        self.merge = TokenMerge()
-        self.backlog: list[tuple[str, bytes] | None] = []
-
-    async def run(
-        self, subscription: Subscription, deadline: float | None
-    ) -> AsyncIterator[Document]:
-        if self.tokens and subscription.confirmed:
-            await self._catch_up()
-        read = True
-        while True:
-            if read:
-                for item in await self._woven(subscription):
-                    yield item
-                for item in self.merge.release():
-                    yield item
-            remaining = FALLBACK_POLL_S if deadline is None else deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            self.backlog = await subscription.receive(min(remaining, FALLBACK_POLL_S))
-            read = not self.backlog  # nothing came: the fallback poll reads
-            while self.backlog:
-                entry = self.backlog.pop(0)
-                if entry is None:
-                    read = True
-                elif entry[0] != self.tokens_channel:
-                    for item in await self._woven(subscription):
-                        yield item
-                else:
-                    chunk = self._chunk(entry[1])
-                    if chunk is not None:
-                        yield chunk
-
-    def _chunk(self, payload: bytes) -> Document | None:
-        parsed = parse_published(payload)
-        return None if parsed is None else self.merge.chunk(*parsed)
-
-    async def _catch_up(self) -> None:
-        connections = self.client._open()
-        session_id, feed = self.session_id, connections.reads.feed
-        try:
-            found = await connections.redis.eval(
-                STREAM_READ, 2, keys.session_stream(session_id), keys.session_chunks(session_id)
-            )
-        except (redis.RedisError, OSError) as exc:
-            logger.debug("stored chunks of %s unreadable: %s", session_id, exc)
-            return
-        stored = stored_from(found)
-        if stored is not None and await self.client._db(
-            lambda _: feed.running(session_id, stored.message_id)
-        ):
-            self.merge.catch_up(stored)
-
-    async def _woven(self, subscription: Subscription) -> list[Document]:
-        """The new events, each message's chunks before the event that ends it."""
-        feed, session_id, after = self.client._open().reads.feed, self.session_id, self.cursor
-        found = await self.client._db(lambda _: list(feed._pages(session_id, after, tolerant=True)))
-        out: list[Document] = []
-        for event in found:
-            self.cursor = event["seq"]
-            ended = self.merge.ending(event)
-            if ended is not None:
-                out += self.merge.release(ended)
-                out += self._chunks_of(ended, subscription)
-            self.merge.saw(event)
-            out.append(event)
-        return out
-
-    def _chunks_of(self, message_id: str, subscription: Subscription) -> list[Document]:
-        """The chunks of ``message_id`` received and not shown yet, pulled ahead."""
-        while not subscription.queue.empty():
-            self.backlog.append(subscription.queue.get_nowait())
-        out, rest = [], []
-        for entry in self.backlog:
-            parsed = None
-            if entry is not None and entry[0] == self.tokens_channel:
-                parsed = parse_published(entry[1])
-            if parsed is not None and parsed[0] == message_id:
-                chunk = self.merge.chunk(*parsed)
-                if chunk is not None:
-                    out.append(chunk)
-            else:
-                rest.append(entry)
-        self.backlog = rest
-        return out
