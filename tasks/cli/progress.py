@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 from state.documents.codec import Document
 from state.errors import NotFoundError
+from state.events.stream import TokenMerge, TokenWaiter
 from state.workflows.records import WorkflowProgress
 
 _POLL_S = 0.03
@@ -50,12 +51,17 @@ class TurnWatcher:
         *,
         quiet: bool = False,
         out: TextIO | None = None,
+        chunks: TokenWaiter | None = None,
     ) -> None:
         self.client = client
         self.session_id = session_id
         self.message_id = message_id
         self.out = None if quiet else (out or sys.stderr)
         self.shown = 0
+        # Subscribed to the session's chunks: they are shown as they come, woken by them.
+        self.chunks = chunks
+        self.merge = TokenMerge()
+        self.streamed = False
 
     def wait(self, timeout: float) -> tuple[str, list[str]]:
         """Block until the message is answered; return (reply, phases of its turn)."""
@@ -73,10 +79,11 @@ class TurnWatcher:
                 # The reply may have landed after the path was read: read it once more
                 # (the reply and the turn's last phase commit together).
                 path = self._look()[0] or path
+                self._pause(0.0)  # the chunks that came before the reply's commit
                 self._show(path)
                 self._finish()
                 return reply, path
-            time.sleep(_POLL_S)
+            self._pause()
         self._finish()
         raise TimeoutError(
             f"no reply to {self.message_id} within {timeout:g}s "
@@ -100,11 +107,29 @@ class TurnWatcher:
                 return str(item["content"])
         return None
 
+    def _pause(self, seconds: float = _POLL_S) -> None:
+        """Wait a poll interval, or less while chunks of the answer come (shown as they
+        do)."""
+        if self.chunks is None or self.chunks.pubsub is None:
+            time.sleep(seconds)
+            return
+        self.chunks.wait(seconds)
+        for item in self.chunks.take():
+            chunk = None if item is None or item[0] != self.message_id else self.merge.chunk(*item)
+            if chunk is not None and self.out is not None:
+                self.out.write(
+                    ("\n  " if not self.streamed else "") + printable(chunk["data"]["text"])
+                )
+                self.out.flush()
+                self.streamed = True
+
     def _show(self, path: list[str]) -> None:
         if self.out is None or len(path) <= self.shown:
             return
         new = path[self.shown :]
         prefix = "  " if self.shown == 0 else " \u2192 "
+        if self.streamed:
+            prefix, self.streamed = "\n  \u2192 ", False
         self.out.write(prefix + " \u2192 ".join(new))
         self.out.flush()
         self.shown = len(path)
