@@ -304,7 +304,15 @@ def test_send_takes_a_multitask_strategy(cli: Settings) -> None:
     sent = run(cli, "send", session_id, "what is 2*8?", "--user", user, "--multitask", "reject")
     assert sent.returncode == 0, sent.stderr  # a resting session takes it
     waited = run(
-        cli, "send", session_id, "what is 3*8?", "--user", user, "--multitask", "interrupt", "--wait"
+        cli,
+        "send",
+        session_id,
+        "what is 3*8?",
+        "--user",
+        user,
+        "--multitask",
+        "interrupt",
+        "--wait",
     )
     assert waited.returncode == 0, waited.stderr
     assert waited.stdout.strip() in {"3*8 = 24"}
