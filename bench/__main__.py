@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import anatomy, deploy, eventlog, harness, suite
+from bench import anatomy, deploy, eventlog, harness, interactive, suite
 from bench.rows import Row
 
 ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
@@ -38,6 +38,9 @@ ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
     "eventlog": eventlog.throughput,
     "turncost": eventlog.turn_cost,
     "storage": eventlog.storage,
+    # Interactive agents (bench/interactive.py): token streaming, the asyncio client.
+    "streaming": interactive.streaming,
+    "async": interactive.async_client,
 }
 
 
