@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import redis
 import redis.asyncio as aioredis
@@ -52,14 +53,18 @@ def _sentinel_client(url: str) -> redis.Redis:
     target = SentinelURL.parse(url)
     timeouts = {"socket_timeout": _SOCKET_TIMEOUT_S, "socket_connect_timeout": _CONNECT_TIMEOUT_S}
     sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=timeouts, **timeouts)  # type: ignore[no-untyped-call]
-    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
-        target.service,
-        db=target.db,
-        username=target.username,
-        password=target.password,
-        health_check_interval=30,
-    )
+    client: redis.Redis = sentinel.master_for(target.service, **_primary(target))  # type: ignore[no-untyped-call]
     return client
+
+
+def _primary(target: SentinelURL) -> dict[str, Any]:
+    """How a Sentinel client connects to the primary it finds."""
+    return {
+        "db": target.db,
+        "username": target.username,
+        "password": target.password,
+        "health_check_interval": 30,
+    }
 
 
 _connect: dict[bool, Callable[[str], redis.Redis]] = {False: _server_client, True: _sentinel_client}
@@ -78,13 +83,7 @@ def async_redis(url: str) -> aioredis.Redis:
         )
     target = SentinelURL.parse(url)
     sentinel = AsyncSentinel(list(target.sentinels), sentinel_kwargs=timeouts, **timeouts)  # type: ignore[no-untyped-call]
-    client: aioredis.Redis = sentinel.master_for(
-        target.service,
-        db=target.db,
-        username=target.username,
-        password=target.password,
-        health_check_interval=30,
-    )
+    client: aioredis.Redis = sentinel.master_for(target.service, **_primary(target))
     return client
 
 

@@ -19,7 +19,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from config import Settings, get_settings, redact_url
 from config.brokers import broker_for
-from state.documents.codec import Document, require_object, require_text
+from state.documents.codec import Document, require_object
 from state.events.feed import EventFeed
 from state.events.push import Notifier, Waiter
 from state.events.stream import TokenStream
@@ -30,7 +30,7 @@ from state.sessions.store import SessionStore
 from state.storage import keys
 from state.storage.backend import Backend
 from state.store import PersistentStateManager
-from state.turns.double_texting import DoubleTexting, MultitaskStrategy, parse_strategy
+from state.turns.double_texting import DoubleTexting, MultitaskStrategy
 from state.workflows.engine import WorkflowEngine
 from state.workflows.served import ServedActions
 from state.workflows.store import WorkflowStore
@@ -38,7 +38,7 @@ from tasks.actions import get_action, known_actions
 from tasks.app import app as default_app
 from tasks.app import make_app
 from tasks.client.approvals import ApprovalControl
-from tasks.client.control import require_key
+from tasks.client.control import checked_message
 from tasks.client.reads import SessionReads, finished_workflow
 from tasks.client.timeline import Timeline
 from tasks.dispatch.dispatcher import CeleryDispatcher
@@ -105,12 +105,9 @@ class AgentClient(ApprovalControl, Timeline):
         running turn and the waiting messages as if never sent, then runs
         (``state.turns.double_texting``).
         """
-        validate_id(session_id, "session")
-        validate_id(user_id, "user")
-        require_text(text, "message", self.settings.max_message_bytes)
-        if idempotency_key is not None:
-            require_key(idempotency_key)
-        strategy = parse_strategy(multitask_strategy)
+        strategy = checked_message(
+            self.settings, session_id, text, user_id, idempotency_key, strategy=multitask_strategy
+        )
         if strategy == MultitaskStrategy.ENQUEUE:
             item = self.inbox.accept(session_id, user_id, text, idempotency_key)
         else:

@@ -33,7 +33,7 @@ from sqlalchemy import Engine
 from config import Settings, get_settings, redact_url
 from config.brokers import broker_for
 from state.documents import codec
-from state.documents.codec import Document, require_object, require_text
+from state.documents.codec import Document, require_object
 from state.events.feed import whole_number
 from state.events.push import FALLBACK_POLL_S
 from state.ids import validate_id
@@ -42,13 +42,13 @@ from state.migrate import stamp
 from state.storage import keys
 from state.storage.async_db import bridged
 from state.storage.redis_client import CACHE_PUT
-from state.turns.double_texting import MultitaskStrategy, parse_strategy
+from state.turns.double_texting import MultitaskStrategy
 from tasks.app import app as default_app
 from tasks.app import make_app
 from tasks.client.agent import AgentClient
 from tasks.client.aio_connections import Connections
 from tasks.client.aio_follow import Follower, tolerant
-from tasks.client.control import require_key
+from tasks.client.control import checked_message
 from tasks.client.reads import finished_workflow
 from tasks.client.timeline import check_follow_arguments
 from tasks.dispatch.dispatcher import PHASE_TASK, CeleryDispatcher
@@ -133,12 +133,9 @@ class AsyncAgentClient:
         multitask_strategy: str = "enqueue",
     ) -> str:
         """``AgentClient.send_message``: durable once it returns, then its turn is kicked."""
-        validate_id(session_id, "session")
-        validate_id(user_id, "user")
-        require_text(text, "message", self.settings.max_message_bytes)
-        if idempotency_key is not None:
-            require_key(idempotency_key)
-        strategy = parse_strategy(multitask_strategy)
+        strategy = checked_message(
+            self.settings, session_id, text, user_id, idempotency_key, strategy=multitask_strategy
+        )
         if strategy != MultitaskStrategy.ENQUEUE:
             message_id: str = await self._in_thread(
                 "send_message", session_id, text, user_id, idempotency_key, str(strategy)
