@@ -155,6 +155,11 @@ class EventFeed:
             merge.saw(event)
             yield event
 
+    def new_events(self, session_id: str, after: int) -> list[Document]:
+        """The events after ``after`` as a follower reads them (a database outage reads as
+        none yet: the follower looks again on its next wake)."""
+        return list(self._pages(session_id, after, tolerant=True))
+
     def running(self, session_id: str, message_id: str) -> bool:
         """Whether ``message_id`` is the session's message whose turn is running."""
         with read_connection(self.engine) as conn:

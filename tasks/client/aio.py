@@ -268,7 +268,9 @@ class AsyncAgentClient:
         await self._db(lambda _: feed.require(session_id, user_id))
         deadline = None if timeout is None else time.monotonic() + timeout
         if not follow:
-            for event in await self._db(lambda _: list(feed._pages(session_id, after))):
+            for event in await self._db(
+                lambda _: list(feed.events(session_id, after, False, None))
+            ):
                 yield event
             return
         channels = [keys.session_events(session_id)]

@@ -101,9 +101,7 @@ class Follower:
         """The new events, each message's chunks before the event that ends it."""
         connections = self.connections
         feed, session_id, after = connections.reads.feed, self.session_id, self.cursor
-        found = await bridged(
-            connections.engine, lambda _: list(feed._pages(session_id, after, tolerant=True))
-        )
+        found = await bridged(connections.engine, lambda _: feed.new_events(session_id, after))
         out: list[Document] = []
         for event in found:
             self.cursor = event["seq"]
