@@ -403,9 +403,24 @@ class AsyncAgentClient:
         )
         return found
 
-    async def revisions(self, session_id: str, user_id: str | None = None) -> list[Document]:
-        """``AgentClient.revisions``."""
-        found: list[Document] = await self._in_thread("revisions", session_id, user_id=user_id)
+    async def revisions(
+        self, session_id: str, user_id: str | None = None, after: int = 0, limit: int = 1000
+    ) -> list[Document]:
+        """``AgentClient.revisions`` (``after`` and ``limit`` are passed on when not the
+        defaults)."""
+        found: list[Document] = await self._in_thread(
+            "revisions",
+            session_id,
+            user_id=user_id,
+            after=after or None,
+            limit=None if limit == 1000 else limit,
+        )
+        return found
+
+    async def erase_user(self, user_id: str) -> Document:
+        """``AgentClient.erase_user``: the user's sessions, workflows, approvals, state
+        and Redis keys, deleted."""
+        found: Document = await self._in_thread("erase_user", user_id)
         return found
 
     async def fork_session(
