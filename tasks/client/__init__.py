@@ -4,7 +4,23 @@ timeline), apart from the worker's code: importing the client sends and reads, i
 runs an agent. ``from tasks.client import AgentClient`` (and ``AsyncAgentClient``, its
 asyncio twin) is the public import path."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from tasks.client.agent import AgentClient
-from tasks.client.aio import AsyncAgentClient
+
+if TYPE_CHECKING:
+    from tasks.client.aio import AsyncAgentClient
 
 __all__ = ["AgentClient", "AsyncAgentClient"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: the CLI and the workers, which never use it, do not pay for
+    # the asyncio stack's imports.
+    if name == "AsyncAgentClient":
+        from tasks.client.aio import AsyncAgentClient
+
+        return AsyncAgentClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
