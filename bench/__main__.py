@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import anatomy, deploy, eventlog, harness, http, suite
+from bench import anatomy, deploy, eventlog, harness, http, interactive, suite
 from bench.rows import Row
 
 ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
@@ -41,6 +41,9 @@ ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
     # The HTTP service (bench/http.py): turns through it, event streams it holds.
     "http": http.http_turns,
     "followers": http.followers,
+    # Interactive agents (bench/interactive.py): token streaming, the asyncio client.
+    "streaming": interactive.streaming,
+    "async": interactive.async_client,
 }
 
 

@@ -107,6 +107,8 @@ class Settings(BaseSettings):
     events_retain_days: float = Field(30.0, gt=0)
     max_event_bytes: int = Field(16384, ge=64)
     max_events_per_phase: int = Field(100, ge=1)
+    # Bytes (UTF-8) of token chunks one turn may stream to followers (ctx.stream).
+    max_stream_bytes: int = Field(1 << 20, ge=64)
     # Human approval: how long a request waits for a decision before beat rejects it.
     approval_ttl: float = Field(86400.0, gt=0)
     # Not in the public surface, but handy for operators and benchmarks.

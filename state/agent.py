@@ -92,7 +92,8 @@ class PhaseContext:
             None in every other phase, so an approved action is run once.
 
     :meth:`emit` adds an event to the session's event log (``AgentClient.events``); it is
-    committed with the phase, or not at all if the phase fails.
+    committed with the phase, or not at all if the phase fails. :meth:`stream` sends a
+    chunk of the answer to followers at once, through Redis, never stored.
 
     Example::
 
@@ -117,6 +118,7 @@ class PhaseContext:
     history_reader: Callable[[int], list[Document]] | None = None
     user_state_reader: Callable[[], Document] | None = None
     event_sink: Callable[[str, Document | None], None] | None = None
+    stream_sink: Callable[[str], None] | None = None
 
     def recent_messages(self, count: int = 10) -> list[Document]:
         """The last history items of the session (one indexed query).
@@ -162,6 +164,36 @@ class PhaseContext:
         """
         if self.event_sink is not None:
             self.event_sink(kind, data)
+
+    def stream(self, text: str) -> None:
+        """Send ``text`` to the session's followers now, as the next chunk of the answer
+        to :attr:`message_id` (``AgentClient.events(..., follow=True, tokens=True)``).
+
+        Chunks go through Redis only: nothing is written to the database, and they are
+        not in the event log; the ``reply`` event carries the whole text, so stream the
+        reply as you write it and return it whole in ``PhaseResult.reply``. Chunks of a
+        phase that fails, or of a turn that is cancelled, stay sent: followers then get
+        the event that says so. A phase run again (its worker lost) streams again.
+
+        Args:
+            text: the chunk (empty text sends nothing).
+
+        Raises:
+            InvalidPayloadError: ``text`` is not a string, or the turn's chunks would pass
+                AGENTSTATE_MAX_STREAM_BYTES. Raised from the handler, it ends the turn
+                with an apology like any other error.
+
+        Example::
+
+            def generating(ctx: PhaseContext) -> PhaseResult:
+                words = []
+                for word in my_model.stream(ctx.message):
+                    ctx.stream(word)
+                    words.append(word)
+                return PhaseResult("response_sent", reply="".join(words))
+        """
+        if self.stream_sink is not None:
+            self.stream_sink(text)
 
 
 @dataclass

@@ -62,6 +62,11 @@ class ApprovalAlreadyDecidedError(RunStateError):
     """The approval was decided already (the first decision wins; it says by whom)."""
 
 
+class SessionBusyError(RunStateError):
+    """``send_message(..., multitask_strategy="reject")`` found the session busy (a turn
+    running, or messages waiting); nothing was stored."""
+
+
 class DatabaseNotFoundError(NotFoundError):
     """The configured database (or its agentstate schema) does not exist; reading never
     creates one."""

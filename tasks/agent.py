@@ -39,6 +39,7 @@ from tasks.intent import classify as read_intent
 MAX_ATTEMPTS = 3
 ELLIPSIS = "\u2026"
 FORGET_ACTION = "forget_memories"
+STREAM_PARTS = 3  # chunks a reply is streamed in
 
 
 def classify(text: str) -> Document:
@@ -126,8 +127,20 @@ def evaluating(ctx: PhaseContext) -> PhaseResult:
 def generating(ctx: PhaseContext) -> PhaseResult:
     """Write the reply."""
     intent = ctx.context.get("intent", {"kind": "chat"})
-    reply = _reply(intent, ctx)
-    return PhaseResult("response_sent", reply=truncated(reply, get_settings().max_reply_bytes))
+    reply = truncated(_reply(intent, ctx), get_settings().max_reply_bytes)
+    for chunk in chunks(reply):
+        ctx.stream(chunk)  # followers see it come (a model would send words as it writes)
+    return PhaseResult("response_sent", reply=reply)
+
+
+def chunks(text: str, parts: int = STREAM_PARTS) -> list[str]:
+    """``text`` cut at spaces into at most ``parts`` pieces that join back to it."""
+    words = text.split(" ")
+    size = -(-len(words) // parts)
+    return [
+        " ".join(words[start : start + size]) + (" " if start + size < len(words) else "")
+        for start in range(0, len(words), size)
+    ]
 
 
 def truncated(text: str, max_bytes: int) -> str:

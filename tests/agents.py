@@ -14,6 +14,10 @@ AGENTSTATE_PHASE_TIME_LIMIT); "narrate" makes executing emit two events of its o
 phase). "risky" makes planning ask for approval of the action "risky" ("hasty": with a 1 s
 ``ttl_s``); once approved, executing counts each run in Redis (``risky_key``) and, in the
 user's state, ``risky_runs`` (with "linger", taking LINGER_S: a window for a SIGKILL).
+"trickle" makes generating stream TRICKLE_CHUNKS chunks, TRICKLE_PAUSE_S apart, and reply
+with them joined ("fumble": then raise; "stall": pause STALL_S halfway, a window to cancel
+it). A session whose ``quiet_key`` is set in Redis streams nothing (the same turn without
+chunks).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import redis
 from config import get_settings
 from state.agent import PhaseContext, PhaseResult, quick
 from tasks import agent as reference
-from tasks.agent import evaluating, generating
+from tasks.agent import evaluating
 
 __all__ = ["evaluating", "executing", "generating", "planning", "retrieving", "understanding"]
 
@@ -36,6 +40,14 @@ LINGER_S = 2.0
 STRAGGLE_S = 9.0
 PONDER_S = 3.0
 HANG_S = 8.0
+TRICKLE_CHUNKS = 12
+TRICKLE_PAUSE_S = 0.15
+STALL_S = 2.0
+
+
+def quiet_key(session_id: str) -> str:
+    """Set in Redis: the session's handlers stream nothing."""
+    return f"test:quiet:{session_id}"
 
 
 def vanish_key(session_id: str) -> str:
@@ -112,3 +124,27 @@ def _broken_change(state: dict[str, object]) -> dict[str, object]:
 def _count_risky_run(state: dict[str, object]) -> dict[str, object]:
     runs = state.get("risky_runs", 0)
     return {**state, "risky_runs": (runs if isinstance(runs, int) else 0) + 1}
+
+
+# Quick like the reference agent's (so inline tests run as before); a "trickle" takes two
+# seconds, well within the phase time limit, and runs from its carried snapshot without
+# a lock, so a FLUSHALL mid-stream costs chunks only.
+@quick
+def generating(ctx: PhaseContext) -> PhaseResult:
+    if _redis().exists(quiet_key(ctx.session_id)):
+        ctx.stream_sink = None
+    if "trickle" not in ctx.message:
+        return reference.generating(ctx)
+    parts = [f"part {n} " for n in range(1, TRICKLE_CHUNKS + 1)]
+    for n, part in enumerate(parts, start=1):
+        ctx.stream(part)
+        time.sleep(
+            STALL_S if "stall" in ctx.message and n == TRICKLE_CHUNKS // 2 else TRICKLE_PAUSE_S
+        )
+        if "fumble" in ctx.message and n == TRICKLE_CHUNKS:
+            raise RuntimeError("the generator fumbled after streaming, on purpose")
+    return PhaseResult("response_sent", reply="".join(parts))
+
+
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(get_settings().redis_url)

@@ -87,6 +87,17 @@ def test_the_event_log_rows_run(bench_target: None) -> None:
     ]
 
 
+def test_the_interactive_rows_run(bench_target: None) -> None:
+    table, _ = run("streaming", "async")
+    finite(table)
+    assert [row.name for row in table] == [
+        "time to first chunk p50",
+        "time to first chunk p95",
+        "chunks/s per follower (4 following)",
+        "turns/s AsyncAgentClient",
+    ]
+
+
 def test_a_row_verdict_reads_its_target() -> None:
     assert Row("a", 9.0, 10.0, "x/s", "b", target=">= 0.9x").verdict == "met"
     assert Row("a", 8.0, 10.0, "x/s", "b", target=">= 0.9x").verdict == "missed"

@@ -17,13 +17,14 @@ from state.errors import InvalidPayloadError, NotFoundError
 from state.events import log
 from state.events.push import FALLBACK_POLL_S, Waiter
 from state.events.revisions import PastRevision, at_revision, listing
+from state.events.stream import TokenMerge, TokenStream, TokenWaiter
 from state.migrate import StateMigrator
 from state.sessions.rows import full_document
-from state.sessions.snapshot import Snapshot
+from state.sessions.snapshot import InboxState, Snapshot
 from state.sessions.store import SessionStore
 from state.storage import keys
 from state.storage.db import read_connection
-from state.storage.tables import events, sessions
+from state.storage.tables import events, inbox, sessions
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +47,17 @@ def whole_number(value: object, name: str) -> int:
 class EventFeed:
     """A session's events and revisions, read from the database."""
 
-    def __init__(self, engine: Engine, client: redis.Redis, push: bool = True) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        client: redis.Redis,
+        push: bool = True,
+        stream: TokenStream | None = None,
+    ) -> None:
         self.engine = engine
         self.redis = client
         self.push = push
+        self.stream = stream
 
     def owner(self, session_id: str) -> tuple[str, int] | None:
         """The session's user and current revision (None: no such session)."""
@@ -71,13 +79,22 @@ class EventFeed:
     # -- events ----------------------------------------------------------------
 
     def events(
-        self, session_id: str, after: int, follow: bool, timeout: float | None
+        self,
+        session_id: str,
+        after: int,
+        follow: bool,
+        timeout: float | None,
+        tokens: bool = False,
     ) -> Iterator[Document]:
         """The session's events with ``seq > after``, in order; with ``follow``, then the
-        new ones as they commit, until ``timeout`` seconds have passed (None: forever)."""
+        new ones as they commit, until ``timeout`` seconds have passed (None: forever);
+        with ``tokens`` too, the chunks streamed meanwhile (``state.events.stream``)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         if not follow:
             yield from self._pages(session_id, after)
+            return
+        if tokens and self.stream is not None:
+            yield from self._with_tokens(session_id, after, deadline)
             return
         channel = keys.session_events(session_id)
         with Waiter(self.redis, [channel], self.push) as waiter:
@@ -89,6 +106,69 @@ class EventFeed:
                 if remaining <= 0:
                     return
                 waiter.wait(remaining)
+
+    def _with_tokens(
+        self, session_id: str, after: int, deadline: float | None
+    ) -> Iterator[Document]:
+        """Follow events and chunks (see ``state.events.stream``): subscribed first, then
+        the stored chunks of the message being answered, then the log; then what the two
+        channels bring, in the order it comes, reading the log at each events push (and
+        on the fallback poll), never per chunk."""
+        assert self.stream is not None
+        merge = TokenMerge()
+        cursor = [after]
+        waiter = TokenWaiter(self.redis, session_id, self.push)
+        with waiter:
+            stored = self.stream.stored(session_id) if waiter.pubsub is not None else None
+            if stored is not None and self.running(session_id, stored.message_id):
+                merge.catch_up(stored)
+            read = True
+            while True:
+                if read:
+                    yield from self._woven(session_id, cursor, merge, waiter)
+                    yield from merge.release()
+                remaining = FALLBACK_POLL_S if deadline is None else deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                read = not waiter.wait(remaining)  # nothing came: the fallback poll reads
+                for item in waiter.take():
+                    if item is None:
+                        yield from self._woven(session_id, cursor, merge, waiter)
+                        continue
+                    chunk = merge.chunk(*item)
+                    if chunk is not None:
+                        yield chunk
+
+    def _woven(
+        self, session_id: str, cursor: list[int], merge: TokenMerge, waiter: TokenWaiter
+    ) -> Iterator[Document]:
+        """The new events, each message's chunks shown before the event that ends it."""
+        for event in self._pages(session_id, cursor[0], tolerant=True):
+            cursor[0] = event["seq"]
+            ended = merge.ending(event)
+            if ended is not None:
+                yield from merge.release(ended)
+                for item in waiter.take_chunks(ended):
+                    chunk = merge.chunk(*item)
+                    if chunk is not None:
+                        yield chunk
+            merge.saw(event)
+            yield event
+
+    def new_events(self, session_id: str, after: int) -> list[Document]:
+        """The events after ``after`` as a follower reads them (a database outage reads as
+        none yet: the follower looks again on its next wake)."""
+        return list(self._pages(session_id, after, tolerant=True))
+
+    def running(self, session_id: str, message_id: str) -> bool:
+        """Whether ``message_id`` is the session's message whose turn is running."""
+        with read_connection(self.engine) as conn:
+            state = conn.execute(
+                select(inbox.c.state).where(
+                    inbox.c.message_id == message_id, inbox.c.session_id == session_id
+                )
+            ).scalar()
+        return state == InboxState.STARTED
 
     def _pages(self, session_id: str, after: int, tolerant: bool = False) -> Iterator[Document]:
         while True:

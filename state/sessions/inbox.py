@@ -51,7 +51,7 @@ class Inbox:
             if idempotency_key is None:
                 raise
             with self.engine.begin() as conn:
-                found = _by_key(conn, session_id, idempotency_key, text)
+                found = by_key(conn, session_id, idempotency_key, text)
             if found is None:
                 raise
             return found
@@ -80,7 +80,7 @@ class Inbox:
             raise SessionOwnershipError(
                 f"session {session_id} belongs to another user; use your own session id"
             )
-        found = None if key is None else _by_key(conn, session_id, key, text)
+        found = None if key is None else by_key(conn, session_id, key, text)
         if found is not None:
             return found
         message_id, now = new_id("msg"), utcnow()
@@ -106,6 +106,13 @@ class Inbox:
         return InboxItem(
             message_id, session_id, int(seq), text, InboxState.QUEUED, now, needs_kick, revision
         )
+
+    def accept_in(
+        self, conn: Connection, session_id: str, user_id: str, text: str, key: str | None
+    ) -> InboxItem:
+        """:meth:`accept`'s work inside the caller's transaction (the session exists), for
+        a caller that changed the session first in the same transaction."""
+        return self._accept(conn, session_id, user_id, text, key)
 
     def next_queued(self, session_id: str) -> InboxItem | None:
         """The oldest message of the session that has not started its turn."""
@@ -158,7 +165,7 @@ def owes_kick(phase: str, behind: bool) -> bool:
     return phase in RESTING_PHASES and not behind
 
 
-def _by_key(conn: Connection, session_id: str, key: str, text: str) -> InboxItem | None:
+def by_key(conn: Connection, session_id: str, key: str, text: str) -> InboxItem | None:
     """The message accepted earlier under ``key``, if any (same text, or a conflict)."""
     row = conn.execute(
         select(inbox).where(inbox.c.session_id == session_id, inbox.c.idempotency_key == key)

@@ -17,11 +17,13 @@ TransactionOp = Callable[[Connection], None]
 
 
 class InboxState(StrEnum):
-    """Where a user message is: waiting for its turn, in its turn, or answered."""
+    """Where a user message is: waiting for its turn, in its turn, answered, or removed
+    with its turn by a later message's ``multitask_strategy="rollback"``."""
 
     QUEUED = "queued"
     STARTED = "started"
     ANSWERED = "answered"
+    ROLLED_BACK = "rolled_back"
 
 
 @dataclass(frozen=True)

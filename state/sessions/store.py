@@ -132,6 +132,10 @@ class SessionStore:
         with read_connection(self.engine) as conn:
             return self._read(conn, session_id, writable=False)
 
+    def load_in(self, conn: Connection, session_id: str) -> Snapshot | None:
+        """The session as the caller's transaction sees it (migrated, written back there)."""
+        return self._read(conn, session_id)
+
     def _read(self, conn: Connection, session_id: str, *, writable: bool = True) -> Snapshot | None:
         row = conn.execute(select(sessions).where(sessions.c.session_id == session_id)).first()
         return self._from_row(row, conn if writable else None)
@@ -353,21 +357,38 @@ class SessionStore:
         """
         with self.engine.begin() as conn:
             self._write_staged(conn, staged)
-            for op in change.prepare:
-                op(conn)
-            if not snapshot.stored:
-                insert_session(conn, snapshot.session_id, change.doc.get("user_id") or "")
-            if not guarded_update(conn, snapshot, change):
-                raise stale(snapshot)
-            insert_messages(conn, snapshot.session_id, snapshot.message_count, change.new_messages)
-            inbox_rows.mark(conn, change.inbox_state)
-            for op in change.ops:
-                op(conn)
-            queued = change.check_inbox and inbox_rows.has_queued(conn, snapshot.session_id)
-            # Last: an op may have added an event (a workflow it cancelled).
-            revisions.record(conn, snapshot, change)
-            if before_commit is not None and not before_commit():
-                raise lock_lost(snapshot)
+            return self._write_in(conn, snapshot, change, before_commit)
+
+    def commit_in(self, conn: Connection, snapshot: Snapshot, change: SessionChange) -> Snapshot:
+        """Write ``change`` in the caller's transaction (portable statements, on either
+        database), with what the caller writes next; the session as it leaves it."""
+        change.doc["phase"] = change.phase
+        change.doc["status"] = change.status
+        self._write_in(conn, snapshot, change, None)
+        return after(snapshot, change)
+
+    def _write_in(
+        self,
+        conn: Connection,
+        snapshot: Snapshot,
+        change: SessionChange,
+        before_commit: Callable[[], bool] | None,
+    ) -> bool:
+        for op in change.prepare:
+            op(conn)
+        if not snapshot.stored:
+            insert_session(conn, snapshot.session_id, change.doc.get("user_id") or "")
+        if not guarded_update(conn, snapshot, change):
+            raise stale(snapshot)
+        insert_messages(conn, snapshot.session_id, snapshot.message_count, change.new_messages)
+        inbox_rows.mark(conn, change.inbox_state)
+        for op in change.ops:
+            op(conn)
+        queued = change.check_inbox and inbox_rows.has_queued(conn, snapshot.session_id)
+        # Last: an op may have added an event (a workflow it cancelled).
+        revisions.record(conn, snapshot, change)
+        if before_commit is not None and not before_commit():
+            raise lock_lost(snapshot)
         return queued
 
 

@@ -133,6 +133,13 @@ def _create_sqlite_engine(url: str) -> Engine:
     engine = create_engine(
         url, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False}
     )
+    sqlite_transactions(engine)
+    return engine
+
+
+def sqlite_transactions(engine: Engine) -> None:
+    """Make ``engine``'s SQLite connections take the write lock up front in a writer's
+    transaction (and WAL), as every agentstate SQLite engine does."""
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -152,8 +159,6 @@ def _create_sqlite_engine(url: str) -> Engine:
             conn.exec_driver_sql("BEGIN")
         else:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-    return engine
 
 
 def read_connection(engine: Engine) -> Connection:

@@ -24,6 +24,23 @@ def session_events(session_id: str) -> str:
     return f"{PREFIX}:session:{{{session_id}}}:events"
 
 
+def session_tokens(session_id: str) -> str:
+    """The pub/sub channel that carries the session's token chunks (``ctx.stream``)."""
+    return f"{PREFIX}:session:{{{session_id}}}:tokens"
+
+
+def session_stream(session_id: str) -> str:
+    """The hash saying whose chunks :func:`session_chunks` holds (``message_id``) and how
+    many bytes they are (``bytes``): the message being answered, until its reply."""
+    return f"{PREFIX}:session:{{{session_id}}}:stream"
+
+
+def session_chunks(session_id: str) -> str:
+    """The list of the chunks streamed so far for the message being answered (chunk n is
+    item n - 1), read by a follower that connects mid-answer."""
+    return f"{PREFIX}:session:{{{session_id}}}:chunks"
+
+
 def workflow_events(workflow_id: str) -> str:
     """The pub/sub channel that wakes those waiting for the workflow to finish."""
     return f"{PREFIX}:workflow:{{{workflow_id}}}:events"

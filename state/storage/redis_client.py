@@ -11,8 +11,11 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import redis
+import redis.asyncio as aioredis
+from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.sentinel import Sentinel
 
 from config.sentinel import SentinelURL, is_sentinel_url
@@ -50,17 +53,38 @@ def _sentinel_client(url: str) -> redis.Redis:
     target = SentinelURL.parse(url)
     timeouts = {"socket_timeout": _SOCKET_TIMEOUT_S, "socket_connect_timeout": _CONNECT_TIMEOUT_S}
     sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=timeouts, **timeouts)  # type: ignore[no-untyped-call]
-    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
-        target.service,
-        db=target.db,
-        username=target.username,
-        password=target.password,
-        health_check_interval=30,
-    )
+    client: redis.Redis = sentinel.master_for(target.service, **_primary(target))  # type: ignore[no-untyped-call]
     return client
 
 
+def _primary(target: SentinelURL) -> dict[str, Any]:
+    """How a Sentinel client connects to the primary it finds."""
+    return {
+        "db": target.db,
+        "username": target.username,
+        "password": target.password,
+        "health_check_interval": 30,
+    }
+
+
 _connect: dict[bool, Callable[[str], redis.Redis]] = {False: _server_client, True: _sentinel_client}
+
+
+def async_redis(url: str) -> aioredis.Redis:
+    """A new asyncio client for ``url`` (one per event loop: its connections belong to
+    the loop that opened them), with the timeouts of the sync clients."""
+    timeouts = {"socket_timeout": _SOCKET_TIMEOUT_S, "socket_connect_timeout": _CONNECT_TIMEOUT_S}
+    if not is_sentinel_url(url):
+        return aioredis.Redis.from_url(
+            url,
+            socket_timeout=_SOCKET_TIMEOUT_S,
+            socket_connect_timeout=_CONNECT_TIMEOUT_S,
+            health_check_interval=30,
+        )
+    target = SentinelURL.parse(url)
+    sentinel = AsyncSentinel(list(target.sentinels), sentinel_kwargs=timeouts, **timeouts)  # type: ignore[no-untyped-call]
+    client: aioredis.Redis = sentinel.master_for(target.service, **_primary(target))
+    return client
 
 
 def forget_clients() -> None:
@@ -144,3 +168,49 @@ if ARGV[5] and ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[1]) end
 return released
 """
 )
+
+# KEYS[1] stream hash (message_id, started, bytes), KEYS[2] chunk list; ARGV text,
+# message_id, turn started_at, max_bytes, ttl_ms, tokens channel. One chunk of the
+# message being answered: stored (for followers that connect later) and published in one
+# step, so what a follower reads and what it is sent after never overlap or leave a gap.
+# A chunk of a later turn replaces what is stored; one of an earlier turn (a handler
+# still running after its turn was cancelled) is dropped. Returns the chunk's n, 0 if
+# it was dropped, -1 if it would take the turn past max_bytes.
+STREAM_CHUNK = """
+local current = redis.pcall('HMGET', KEYS[1], 'message_id', 'started')
+if current.err then current = {false, false} end
+if current[1] ~= ARGV[2] then
+  if current[2] and current[2] > ARGV[3] then return 0 end
+  redis.call('DEL', KEYS[1], KEYS[2])
+  redis.call('HSET', KEYS[1], 'message_id', ARGV[2], 'started', ARGV[3], 'bytes', 0)
+end
+local total = redis.call('HINCRBY', KEYS[1], 'bytes', #ARGV[1])
+if total > tonumber(ARGV[4]) then
+  redis.call('HINCRBY', KEYS[1], 'bytes', -#ARGV[1])
+  return -1
+end
+local n = redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
+redis.call('PUBLISH', ARGV[6], n .. '\\n' .. ARGV[2] .. '\\n' .. ARGV[1])
+return n
+"""
+
+# KEYS[1] stream hash, KEYS[2] chunk list. What a follower that connects mid-answer
+# catches up on: {message_id, chunks...} ({} when nothing is stored).
+STREAM_READ = """
+local message_id = redis.pcall('HGET', KEYS[1], 'message_id')
+if type(message_id) ~= 'string' then return {} end
+local chunks = redis.call('LRANGE', KEYS[2], 0, -1)
+table.insert(chunks, 1, message_id)
+return chunks
+"""
+
+# KEYS[1] stream hash, KEYS[2] chunk list; ARGV message_id. Forget the chunks once the
+# message's reply is committed (only if they are still that message's).
+STREAM_END = """
+if redis.pcall('HGET', KEYS[1], 'message_id') == ARGV[1] then
+  return redis.call('DEL', KEYS[1], KEYS[2])
+end
+return 0
+"""

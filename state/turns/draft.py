@@ -85,6 +85,9 @@ class Draft:
         self.deadline = snap.deadline_at
         self.task_id = task_id
         self.turn_over = False
+        # The message this phase streamed chunks of (ctx.stream), whose stored chunks go
+        # once its reply is committed.
+        self.streamed: str | None = None
         self.roots: list[tuple[str, str, int]] = []
         self.user_writes: list[tuple[str, int, Document]] = []
         # Called before the handler reads the database (its history, the user's state):

@@ -439,6 +439,7 @@ class TurnEngine:
             history_reader=history,
             user_state_reader=user_state,
             event_sink=partial(self._emit, draft),
+            stream_sink=partial(self._stream, draft),
         )
 
     def _emit(self, draft: Draft, kind: str, data: Document | None) -> None:
@@ -446,6 +447,12 @@ class TurnEngine:
         draft.emit(
             custom_event(kind, data, settings.max_event_bytes), settings.max_events_per_phase
         )
+
+    def _stream(self, draft: Draft, text: str) -> None:
+        message_id = str(draft.context.get("message_id") or "")
+        started = str((draft.metadata.get("turn") or {}).get("started_at") or "")
+        if self.services.tokens.send(draft.snap.session_id, message_id, started, text) > 0:
+            draft.streamed = message_id
 
     def _finished_workflow(self, draft: Draft) -> Document | None:
         workflow_id = draft.context.get("workflow_id")

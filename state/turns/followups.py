@@ -26,6 +26,7 @@ class Followups:
     steps: list[tuple[str, str, int]] = field(default_factory=list)
     user_cache: list[tuple[str, int, Document]] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)  # workflows the commits cancelled
+    streamed: list[str] = field(default_factory=list)  # answered messages whose chunks go
 
 
 def collect(draft: Draft, followups: Followups) -> None:
@@ -35,6 +36,8 @@ def collect(draft: Draft, followups: Followups) -> None:
         str(e.data["workflow_id"]) for e in draft.events if e.kind == WORKFLOW_FINISHED
     )
     followups.user_cache.extend(draft.user_writes)
+    if draft.turn_over and draft.streamed is not None:
+        followups.streamed.append(draft.streamed)
     if draft.phase == Phase.EXECUTING and draft.roots:
         # Waiting on a workflow: an in-process alarm rings the deadline check.
         followups.deadline = draft.deadline
@@ -72,3 +75,5 @@ def send(services: TurnServices, snap: Snapshot, followups: Followups) -> None:
     if followups.phase is not None:  # a phase not carrying the snapshot
         phase, revision = followups.phase
         dispatcher.phase(phase, session_id, revision, None)
+    for message_id in followups.streamed:  # last: nothing waits for it
+        services.tokens.end(session_id, message_id)

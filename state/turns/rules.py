@@ -295,6 +295,52 @@ def cancel_turn(draft: Draft) -> None:
     draft.reply(CANCELLED_REPLY, kind="cancelled")
 
 
+def roll_back_turn(draft: Draft, before: Document | None, phase: str) -> None:
+    """Remove the running turn as if its message had never been sent: the session's
+    document goes back to ``before`` (as it was when the turn started; None if that is
+    no longer kept: the turn's own keys are cleared) in ``phase``, the history rows the
+    turn added go (an op of the caller's), the message is marked rolled back. Its
+    workflow is cancelled and its approval request closed, as for a cancel."""
+    message_id = draft.context.get("message_id")
+    draft.rollback()
+    cancel_waited_workflow(draft)
+    _close_approval(draft, by=CANCELLED_BY)
+    if before is not None:
+        draft.doc = dict(before)
+        draft.context = dict(before.get("context_window") or {})
+        draft.metadata = dict(before.get("metadata") or {})
+    else:
+        draft.context = {}
+        for key in _TURN_LISTS:
+            draft.doc[key] = []
+    draft.machine.state = phase
+    draft.deadline = None
+    if message_id:
+        draft.inbox[str(message_id)] = InboxState.ROLLED_BACK
+    draft.events.append(
+        NewEvent(log.TURN_CANCELLED, {"message_id": message_id, "rolled_back": True})
+    )
+
+
+def supersede_waiting(draft: Draft, waiting: list[InboxItem], *, roll_back: bool) -> None:
+    """End the turns of messages still waiting in the inbox before they start: each is
+    taken and cancelled at once (answered with the cancelled reply), or rolled back
+    (never in the history)."""
+    for item in waiting:
+        draft.events.append(NewEvent(log.TURN_STARTED, {"message_id": item.message_id}))
+        data: Document = {"message_id": item.message_id}
+        if roll_back:
+            draft.inbox[item.message_id] = InboxState.ROLLED_BACK
+            draft.events.append(NewEvent(log.TURN_CANCELLED, {**data, "rolled_back": True}))
+            continue
+        reply = make_message(
+            "assistant", CANCELLED_REPLY, {"reply_to": item.message_id, "kind": "cancelled"}
+        )
+        draft.messages += [make_message("user", item.text, data), reply]
+        draft.inbox[item.message_id] = InboxState.ANSWERED
+        draft.events += [NewEvent(log.TURN_CANCELLED, data), log.reply_event(reply)]
+
+
 def cancel_waited_workflow(draft: Draft) -> None:
     """Cancel, in the same commit, the workflow the turn waits on (if still running)."""
     workflow_id = draft.context.get("workflow_id")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from config import HopPolicy, Settings
 from state.dispatch import Dispatcher
 from state.events.push import Notifier
+from state.events.stream import TokenStream
 from state.lock import DistributedStateSync
 from state.machine import RESTING_PHASES, WORK_PHASES, Phase
 from state.sessions.inbox import Inbox
@@ -35,6 +36,7 @@ class TurnServices:
     dispatcher: Dispatcher
     known_actions: Callable[[], Iterable[str]]
     notifier: Notifier
+    tokens: TokenStream
 
     @classmethod
     def build(
@@ -57,6 +59,7 @@ class TurnServices:
             dispatcher=dispatcher,
             known_actions=known_actions,
             notifier=Notifier(backend.redis, settings.events),
+            tokens=TokenStream(backend.redis, settings),
         )
 
     @property

@@ -31,6 +31,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,9 @@ from celery.utils.imports import cwd_in_path
 from config import get_settings
 from config.urls import hide_secrets_in
 from state.errors import BadInputError, UsageError, WorkflowSpecError
+from state.events.stream import TokenWaiter
 from state.ids import validate_id
+from state.turns.double_texting import MultitaskStrategy
 from tasks.cli import progress
 from tasks.cli.approval import add_approval
 from tasks.cli.control import add_session_control, add_workflow_control
@@ -158,8 +161,14 @@ def _add_send(sub: Any) -> None:
     send.add_argument(
         "--wait",
         action="store_true",
-        help="wait for the reply, showing phases (or until the turn waits for an approval); "
-        "exits 1 if the turn failed",
+        help="wait for the reply, showing phases and chunks (or until the turn waits for an "
+        "approval); exits 1 if the turn failed",
+    )
+    send.add_argument(
+        "--multitask",
+        choices=[str(strategy) for strategy in MultitaskStrategy],
+        default=MultitaskStrategy.ENQUEUE.value,
+        help="what the message does to a busy session (default: enqueue)",
     )
     send.add_argument("--timeout", type=positive_seconds, default=60.0, help="seconds to wait (60)")
 
@@ -224,12 +233,25 @@ def cmd_db_upgrade(args: argparse.Namespace) -> None:
 def cmd_send(args: argparse.Namespace) -> int:
     """Send a message (and optionally wait for its reply; exit 1 if the turn failed)."""
     agent = client()
-    message_id = agent.send_message(args.session_id, args.text, user_id=args.user)
+    send = partial(
+        agent.send_message,
+        args.session_id,
+        args.text,
+        user_id=args.user,
+        multitask_strategy=args.multitask,
+    )
     if not args.wait:
+        message_id = send()
         emit(args, {"message_id": message_id}, lambda: print(message_id))
         return EXIT_OK
-    watcher = progress.TurnWatcher(agent, args.session_id, message_id, quiet=args.json)
-    reply, path = watcher.wait(args.timeout)
+    # Subscribed before sending, so no chunk of the answer can come before we listen.
+    chunks = TokenWaiter(agent.backend.redis, args.session_id, agent.settings.events)
+    with chunks:
+        message_id = send()
+        watcher = progress.TurnWatcher(
+            agent, args.session_id, message_id, quiet=args.json, chunks=chunks
+        )
+        reply, path = watcher.wait(args.timeout)
     data = {"message_id": message_id, "reply": reply, "path": path}
     return report_turn(args, agent, watcher, data)
 

@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 from state.documents.codec import Document
 from state.errors import NotFoundError
+from state.events.stream import TokenMerge, TokenWaiter
 from state.machine import Phase
 from state.workflows.records import WorkflowProgress
 
@@ -56,6 +57,7 @@ class TurnWatcher:
         *,
         quiet: bool = False,
         out: TextIO | None = None,
+        chunks: TokenWaiter | None = None,
     ) -> None:
         self.client = client
         self.session_id = session_id
@@ -64,6 +66,10 @@ class TurnWatcher:
         self.shown = 0
         self.reply_kind: str | None = None
         self.approval_id: str | None = None
+        # Subscribed to the session's chunks: they are shown as they come, woken by them.
+        self.chunks = chunks
+        self.merge = TokenMerge()
+        self.streamed = False
 
     def wait(self, timeout: float) -> tuple[str | None, list[str]]:
         """Block until the message is answered, or its turn waits for an approval (reply
@@ -82,13 +88,14 @@ class TurnWatcher:
                 # The reply may have landed after the path was read: read it once more
                 # (the reply and the turn's last phase commit together).
                 path = self._look()[0] or path
+                self._pause(0.0)  # the chunks that came before the reply's commit
                 self._show(path)
                 self._finish()
                 return reply, path
             if self.approval_id is not None:
                 self._finish()
                 return None, path
-            time.sleep(_POLL_S)
+            self._pause()
         self._finish()
         raise TimeoutError(
             f"no reply to {self.message_id} within {timeout:g}s "
@@ -115,11 +122,29 @@ class TurnWatcher:
                 return str(item["content"])
         return None
 
+    def _pause(self, seconds: float = _POLL_S) -> None:
+        """Wait a poll interval, or less while chunks of the answer come (shown as they
+        do)."""
+        if self.chunks is None or self.chunks.pubsub is None:
+            time.sleep(seconds)
+            return
+        self.chunks.wait(seconds)
+        for item in self.chunks.take():
+            chunk = None if item is None or item[0] != self.message_id else self.merge.chunk(*item)
+            if chunk is not None and self.out is not None:
+                self.out.write(
+                    ("\n  " if not self.streamed else "") + printable(chunk["data"]["text"])
+                )
+                self.out.flush()
+                self.streamed = True
+
     def _show(self, path: list[str]) -> None:
         if self.out is None or len(path) <= self.shown:
             return
         new = path[self.shown :]
         prefix = "  " if self.shown == 0 else " \u2192 "
+        if self.streamed:
+            prefix, self.streamed = "\n  \u2192 ", False
         self.out.write(prefix + " \u2192 ".join(new))
         self.out.flush()
         self.shown = len(path)

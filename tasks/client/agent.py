@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import cached_property, partial
 
 from celery import Celery
 from kombu.exceptions import OperationalError as BrokerError
@@ -18,18 +19,19 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from config import Settings, get_settings, redact_url
 from config.brokers import broker_for
-from state.documents.codec import Document, require_object, require_text
-from state.errors import NotFoundError
-from state.events.feed import EventFeed, whole_number
+from state.documents.codec import Document, require_object
+from state.events.feed import EventFeed
 from state.events.push import Notifier, Waiter
+from state.events.stream import TokenStream
 from state.ids import validate_id
-from state.machine import WAITING_PHASES, Phase
+from state.machine import Phase
 from state.sessions.inbox import Inbox
 from state.sessions.store import SessionStore
 from state.storage import keys
 from state.storage.backend import Backend
 from state.storage.identity import warn_if_workers_elsewhere
 from state.store import PersistentStateManager
+from state.turns.double_texting import DoubleTexting, MultitaskStrategy
 from state.workflows.engine import WorkflowEngine
 from state.workflows.served import ServedActions
 from state.workflows.store import WorkflowStore
@@ -37,7 +39,8 @@ from tasks.actions import get_action, known_actions
 from tasks.app import app as default_app
 from tasks.app import make_app
 from tasks.client.approvals import ApprovalControl
-from tasks.client.control import require_key
+from tasks.client.control import checked_message
+from tasks.client.reads import SessionReads, finished_workflow
 from tasks.client.timeline import Timeline
 from tasks.dispatch.dispatcher import CeleryDispatcher
 
@@ -66,7 +69,10 @@ class AgentClient(ApprovalControl, Timeline):
         celery: Celery = default_app if self.settings == get_settings() else make_app(self.settings)
         self.dispatcher = CeleryDispatcher(celery, broker_for(self.settings))
         self.notifier = Notifier(self.backend.redis, self.settings.events)
-        self.feed = EventFeed(self.backend.engine, self.backend.redis, self.settings.events)
+        self.tokens = TokenStream(self.backend.redis, self.settings)
+        self.feed = EventFeed(
+            self.backend.engine, self.backend.redis, self.settings.events, self.tokens
+        )
         self.workflows = WorkflowEngine(
             WorkflowStore.for_engine(self.backend.engine, self.backend.statements),
             self.dispatcher,
@@ -76,25 +82,39 @@ class AgentClient(ApprovalControl, Timeline):
         )
         self.served_actions = ServedActions(self.backend.engine)
         self._database_checked = False
+        self.reads = SessionReads(self.sessions, self.inbox, self.feed)
 
     # -- conversations ---------------------------------------------------------
 
     def send_message(
-        self, session_id: str, text: str, user_id: str, idempotency_key: str | None = None
+        self,
+        session_id: str,
+        text: str,
+        user_id: str,
+        idempotency_key: str | None = None,
+        multitask_strategy: str = "enqueue",
     ) -> str:
         """Store the message durably, enqueue its turn, return its message id.
 
         With ``idempotency_key``, repeating the call (a retried request, a double click,
         racing callers) returns the first call's message id and starts no second turn;
         the same key with other text raises IdempotencyConflictError.
+
+        ``multitask_strategy`` says what the message does to a busy session (a turn
+        running, or messages waiting): ``"enqueue"`` waits its turn; ``"reject"`` raises
+        SessionBusyError and stores nothing; ``"interrupt"`` cancels the running turn (as
+        ``cancel_turn``) and the messages waiting, then runs; ``"rollback"`` removes the
+        running turn and the waiting messages as if never sent, then runs
+        (``state.turns.double_texting``).
         """
-        validate_id(session_id, "session")
-        validate_id(user_id, "user")
-        require_text(text, "message", self.settings.max_message_bytes)
+        strategy = checked_message(
+            self.settings, session_id, text, user_id, idempotency_key, strategy=multitask_strategy
+        )
         self._check_workers_database()
-        if idempotency_key is not None:
-            require_key(idempotency_key)
-        item = self.inbox.accept(session_id, user_id, text, idempotency_key)
+        if strategy == MultitaskStrategy.ENQUEUE:
+            item = self.inbox.accept(session_id, user_id, text, idempotency_key)
+        else:
+            item = self._double_texting.accept(session_id, user_id, text, idempotency_key, strategy)
         try:
             if item.needs_kick:  # else a running turn, or the one already kicked, takes it
                 self._kick(session_id, item.session_revision)
@@ -111,6 +131,10 @@ class AgentClient(ApprovalControl, Timeline):
         if not self._database_checked:
             self._database_checked = True
             warn_if_workers_elsewhere(self.backend.redis, self.backend.engine, self.settings.queue)
+
+    @cached_property
+    def _double_texting(self) -> DoubleTexting:
+        return DoubleTexting(self._interventions.services)
 
     def _kick(self, session_id: str, revision: int | None) -> None:
         try:
@@ -142,22 +166,7 @@ class AgentClient(ApprovalControl, Timeline):
         validate_id(session_id, "session")
         if user_id is not None:
             validate_id(user_id, "user")
-        if revision is not None:
-            whole_number(revision, "revision")
-            found = self.feed.owner(session_id)
-            if found is None or (user_id is not None and found[0] != user_id):
-                return None
-            if found[1] != revision:
-                return self.feed.session_at(self.sessions, session_id, revision)
-        doc = self.sessions.document(
-            session_id, user_id=user_id, history_limit=history_limit, before_seq=before_seq
-        )
-        if doc is not None:
-            doc["queued"] = self.inbox.queued_count(session_id)
-        if doc is not None and revision is not None and doc["revision"] != revision:
-            # It moved on while we read: read that revision from the record instead.
-            return self.feed.session_at(self.sessions, session_id, revision)
-        return doc
+        return self.reads.session(session_id, user_id, history_limit, before_seq, revision)
 
     def wait_for_idle(
         self,
@@ -174,19 +183,9 @@ class AgentClient(ApprovalControl, Timeline):
         validate_id(session_id, "session")
         if user_id is not None:
             validate_id(user_id, "user")
-        seen = {"phase": "unknown"}
-
-        def rested() -> Document | None:
-            found = self.inbox.resting(session_id, user_id)
-            if found is None:
-                raise NotFoundError(f"unknown session {session_id!r}")
-            seen["phase"], queued = found
-            if seen["phase"] not in WAITING_PHASES or queued:
-                return None
-            return self.get_session(session_id, user_id, history_limit)
-
+        seen: Document = {"phase": "unknown"}
         return _wait(
-            rested,
+            partial(self.reads.rested, session_id, user_id, history_limit, seen),
             timeout,
             lambda: f"session {session_id} still in {seen['phase']!r}",
             self._waiter(keys.session_events(session_id)),
@@ -230,17 +229,9 @@ class AgentClient(ApprovalControl, Timeline):
         validate_id(workflow_id, "workflow")
         if user_id is not None:
             validate_id(user_id, "user")
-        seen = {"progress": "progress unknown"}
-
-        def finished() -> Document | None:
-            progress = self.workflows.store.progress(workflow_id, user_id=user_id)
-            if progress is None:
-                raise NotFoundError(f"unknown workflow {workflow_id!r}")
-            seen["progress"] = f"{progress.done}/{progress.total_steps} steps done"
-            return self.get_workflow(workflow_id, user_id) if progress.finished else None
-
+        seen: Document = {"progress": "progress unknown"}
         return _wait(
-            finished,
+            partial(finished_workflow, self.workflows.store, workflow_id, user_id, seen),
             timeout,
             lambda: f"workflow {workflow_id} unfinished ({seen['progress']})",
             self._waiter(keys.workflow_events(workflow_id)),

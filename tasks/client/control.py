@@ -11,12 +11,13 @@ from __future__ import annotations
 from functools import cached_property
 
 from config import Settings
-from state.documents.codec import Document
+from state.documents.codec import Document, require_text
 from state.errors import InvalidPayloadError, NotFoundError, RunStateError
 from state.ids import validate_id
 from state.machine import Phase
 from state.sessions.listing import list_sessions
 from state.storage.backend import Backend
+from state.turns.double_texting import MultitaskStrategy, parse_strategy
 from state.turns.interventions import TurnInterventions
 from state.turns.services import TurnServices
 from state.workflow import WorkflowStatus
@@ -33,6 +34,25 @@ def require_key(key: object) -> str:
     if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY_CHARS or "\x00" in key:
         raise InvalidPayloadError(f"idempotency_key must be 1-{MAX_KEY_CHARS} characters of text")
     return key
+
+
+def checked_message(
+    settings: Settings,
+    session_id: str,
+    text: str,
+    user_id: str,
+    key: str | None,
+    *,
+    strategy: object,
+) -> MultitaskStrategy:
+    """Check ``send_message``'s arguments (InvalidPayloadError and kin, nothing stored);
+    return its strategy."""
+    validate_id(session_id, "session")
+    validate_id(user_id, "user")
+    require_text(text, "message", settings.max_message_bytes)
+    if key is not None:
+        require_key(key)
+    return parse_strategy(strategy)
 
 
 class RunControl:

@@ -34,6 +34,8 @@ class Timeline:
         follow: bool = False,
         timeout: float | None = None,
         user_id: str | None = None,
+        *,
+        tokens: bool = False,
     ) -> Iterator[Document]:
         """The session's events with ``seq > after``, in ``seq`` order:
         ``{seq, kind, revision, phase, at, data}``.
@@ -43,21 +45,23 @@ class Timeline:
         iterating). Resume after a disconnect with ``after=`` the last seq seen: nothing
         is lost or repeated. With ``user_id``, another user's session is unknown.
 
+        With ``follow`` and ``tokens``, the chunks handlers stream (``ctx.stream``) come
+        too, as they are produced, between the events:
+        ``{"seq": None, "kind": "token", "data": {"message_id", "n", "text"}}``, n = 1,
+        2, ... per message, each once and in order; a follower that starts mid-answer
+        first gets the chunks sent so far. Chunks are not stored: the ``reply`` event
+        has the whole text, and a chunk never comes after the event that ends its
+        message (``reply`` or ``turn_cancelled``).
+
         Raises NotFoundError (before iterating) for an unknown session.
         """
         validate_id(session_id, "session")
         whole_number(after, "after")
         if user_id is not None:
             validate_id(user_id, "user")
-        if timeout is not None and (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or math.isnan(timeout)
-            or timeout < 0
-        ):
-            raise InvalidPayloadError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        check_follow_arguments(timeout, tokens)
         self.feed.require(session_id, user_id)
-        return self.feed.events(session_id, after, follow, timeout)
+        return self.feed.events(session_id, after, follow, timeout, tokens)
 
     def revisions(self, session_id: str, user_id: str | None = None) -> list[Document]:
         """``{revision, phase, trigger, at}`` of each kept revision, oldest first.
@@ -87,3 +91,16 @@ class Timeline:
         if user_id is not None:
             validate_id(user_id, "user")
         return fork_session(self.backend.engine, session_id, revision, new_session_id, user_id)
+
+
+def check_follow_arguments(timeout: object, tokens: object) -> None:
+    """InvalidPayloadError unless ``timeout`` is None or seconds >= 0 and ``tokens`` a bool."""
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or math.isnan(timeout)
+        or timeout < 0
+    ):
+        raise InvalidPayloadError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+    if not isinstance(tokens, bool):
+        raise InvalidPayloadError(f"tokens must be true or false, got {tokens!r}")

@@ -29,6 +29,7 @@ first send and again after a fork (the parent's socket is never used in the chil
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import threading
@@ -39,6 +40,8 @@ from celery import Celery, signals
 from celery.utils.nodenames import anon_nodename
 from kombu.serialization import dumps
 from kombu.transport import redis as kombu_redis
+from kombu.utils import json as kombu_json
+from kombu.utils.encoding import str_to_bytes
 from kombu.utils.uuid import uuid
 
 logger = logging.getLogger(__name__)
@@ -50,6 +53,27 @@ _DELIVERY_MODES = {"persistent": 2, "transient": 1}
 # send_task's path.
 _ROUTING_OPTIONS = ("queue", "exchange", "routing_key", "priority", "expires")
 _WATCHED = (signals.before_task_publish, signals.after_task_publish)
+
+
+class _KombuMessages:
+    """The message dict of kombu's virtual channels (``Channel.prepare_message``), built
+    without a channel."""
+
+    @staticmethod
+    def prepare_message(*parts: Any) -> dict[str, Any]:
+        """(body, priority, content_type, content_encoding, headers, properties), as
+        kombu's channel takes them."""
+        body, priority, content_type, content_encoding, headers, properties = parts
+        properties = properties or {}
+        properties.setdefault("delivery_info", {})
+        properties.setdefault("priority", priority or 0)
+        return {
+            "body": body,
+            "content-encoding": content_encoding,
+            "content-type": content_type,
+            "headers": headers or {},
+            "properties": properties,
+        }
 
 
 class DirectPublisher:
@@ -85,6 +109,30 @@ class DirectPublisher:
             self._local.resume_at = time.monotonic() + RETRY_DIRECT_AFTER_S
             return False
         return True
+
+    def redis_message(self, name: str, args: list[Any], argsrepr: str) -> tuple[str, str] | None:
+        """The Redis list and the message ``publish`` would push there (the message kombu's
+        Redis channel writes: body in base64, its delivery tag and info), for a caller
+        that pushes it itself (the asyncio client, on its own connection); None where
+        ``send_task`` must send it (module docstring). No I/O."""
+        if any(signal.receivers for signal in _WATCHED):
+            return None
+        if not self._decided:
+            self._route, self._decided = self._decide(), True
+        limits = self._limits(name)
+        if self._route is None or limits is None:
+            return None
+        if getattr(self._local, "pid", None) != os.getpid():
+            self._local.pid, self._local.connection, self._local.channel = os.getpid(), None, None
+            self._local.origin = anon_nodename()
+        message = self._message(_KombuMessages, limits, name, args, argsrepr)
+        queue = self._route[0]
+        body = str_to_bytes(message["body"])  # type: ignore[no-untyped-call]
+        message["body"] = base64.b64encode(body).decode("ascii")
+        properties = message["properties"]
+        properties.update(body_encoding="base64", delivery_tag=uuid())
+        properties["delivery_info"].update(exchange="", routing_key=queue)
+        return queue, kombu_json.dumps(message)  # type: ignore[no-untyped-call]
 
     def _resting(self) -> bool:
         return time.monotonic() < getattr(self._local, "resume_at", 0.0)

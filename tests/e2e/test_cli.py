@@ -84,6 +84,7 @@ def test_send_wait_show_and_user(cli: Settings) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "12*7 = 84"
     assert "understanding" in result.stderr and "generating" in result.stderr  # live phases
+    assert "\n  12*7 = 84" in result.stderr  # the reply's chunks, as they were streamed
     result = run(
         cli, "send", session_id, "remember that I like jazz", "--user", user, "--wait", "--json"
     )
@@ -296,3 +297,24 @@ def test_stored_control_characters_are_escaped_for_the_terminal(cli: Settings) -
     assert "[user] remember that \\x1b]0;pwned\\x07 is\nmy title" in shown.stdout
     stored = json.loads(run(cli, "session", "show", session_id, "--json").stdout)
     assert stored["message_history"][0]["content"] == text  # escaped on screen only
+
+
+def test_send_takes_a_multitask_strategy(cli: Settings) -> None:
+    session_id, user = uid("cli"), uid("u")
+    sent = run(cli, "send", session_id, "what is 2*8?", "--user", user, "--multitask", "reject")
+    assert sent.returncode == 0, sent.stderr  # a resting session takes it
+    waited = run(
+        cli,
+        "send",
+        session_id,
+        "what is 3*8?",
+        "--user",
+        user,
+        "--multitask",
+        "interrupt",
+        "--wait",
+    )
+    assert waited.returncode == 0, waited.stderr
+    assert waited.stdout.strip() in {"3*8 = 24"}
+    bad = run(cli, "send", session_id, "hi", "--user", user, "--multitask", "shout")
+    assert bad.returncode == 2 and "multitask" in bad.stderr

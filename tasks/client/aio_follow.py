@@ -1,0 +1,132 @@
+"""How ``AsyncAgentClient`` follows a session: the log read at each push, chunks woven in,
+as the sync ``EventFeed`` does (``state.events.stream`` says how)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import redis
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from config import redact_url
+from state.documents.codec import Document
+from state.events.hub import Subscription
+from state.events.push import FALLBACK_POLL_S
+from state.events.stream import TokenMerge, parse_published, stored_from
+from state.storage import keys
+from state.storage.async_db import bridged
+from state.storage.redis_client import STREAM_READ
+from tasks.client.aio_connections import Connections
+
+logger = logging.getLogger(__name__)
+
+
+async def tolerant(check: Callable[[], Awaitable[Document | None]]) -> Document | None:
+    """While waiting, a database outage is a reason to look again later, not to give up."""
+    try:
+        return await check()
+    except (OperationalError, InterfaceError) as exc:
+        logger.warning(
+            "database unreachable while waiting; retrying: %s", redact_url(str(exc.orig))
+        )
+        return None
+
+
+class Follower:
+    """One ``events(follow=True)`` iteration: the log read at each push (and on the
+    fallback poll), chunks woven in as ``state.events.stream.TokenMerge`` says, as the
+    sync ``EventFeed`` does."""
+
+    def __init__(self, connections: Connections, session_id: str, after: int, tokens: bool) -> None:
+        self.connections = connections
+        self.session_id = session_id
+        self.cursor = after
+        self.tokens = tokens
+        self.tokens_channel = keys.session_tokens(session_id)
+        self.merge = TokenMerge()
+        self.backlog: list[tuple[str, bytes] | None] = []
+
+    async def run(
+        self, subscription: Subscription, deadline: float | None
+    ) -> AsyncIterator[Document]:
+        if self.tokens and subscription.confirmed:
+            await self._catch_up()
+        read = True
+        while True:
+            if read:
+                for item in await self._woven(subscription):
+                    yield item
+                for item in self.merge.release():
+                    yield item
+            remaining = FALLBACK_POLL_S if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self.backlog = await subscription.receive(min(remaining, FALLBACK_POLL_S))
+            read = not self.backlog  # nothing came: the fallback poll reads
+            while self.backlog:
+                entry = self.backlog.pop(0)
+                if entry is None:
+                    read = True
+                elif entry[0] != self.tokens_channel:
+                    for item in await self._woven(subscription):
+                        yield item
+                else:
+                    chunk = self._chunk(entry[1])
+                    if chunk is not None:
+                        yield chunk
+
+    def _chunk(self, payload: bytes) -> Document | None:
+        parsed = parse_published(payload)
+        return None if parsed is None else self.merge.chunk(*parsed)
+
+    async def _catch_up(self) -> None:
+        connections = self.connections
+        session_id, feed = self.session_id, connections.reads.feed
+        try:
+            found = await connections.redis.eval(
+                STREAM_READ, 2, keys.session_stream(session_id), keys.session_chunks(session_id)
+            )
+        except (redis.RedisError, OSError) as exc:
+            logger.debug("stored chunks of %s unreadable: %s", session_id, exc)
+            return
+        stored = stored_from(found)
+        if stored is not None and await bridged(
+            connections.engine, lambda _: feed.running(session_id, stored.message_id)
+        ):
+            self.merge.catch_up(stored)
+
+    async def _woven(self, subscription: Subscription) -> list[Document]:
+        """The new events, each message's chunks before the event that ends it."""
+        connections = self.connections
+        feed, session_id, after = connections.reads.feed, self.session_id, self.cursor
+        found = await bridged(connections.engine, lambda _: feed.new_events(session_id, after))
+        out: list[Document] = []
+        for event in found:
+            self.cursor = event["seq"]
+            ended = self.merge.ending(event)
+            if ended is not None:
+                out += self.merge.release(ended)
+                out += self._chunks_of(ended, subscription)
+            self.merge.saw(event)
+            out.append(event)
+        return out
+
+    def _chunks_of(self, message_id: str, subscription: Subscription) -> list[Document]:
+        """The chunks of ``message_id`` received and not shown yet, pulled ahead."""
+        while not subscription.queue.empty():
+            self.backlog.append(subscription.queue.get_nowait())
+        out, rest = [], []
+        for entry in self.backlog:
+            parsed = None
+            if entry is not None and entry[0] == self.tokens_channel:
+                parsed = parse_published(entry[1])
+            if parsed is not None and parsed[0] == message_id:
+                chunk = self.merge.chunk(*parsed)
+                if chunk is not None:
+                    out.append(chunk)
+            else:
+                rest.append(entry)
+        self.backlog = rest
+        return out
