@@ -33,8 +33,13 @@ test: install services lint typecheck docs
 # The docs site, built strictly into site/: a broken link, a missing page or a reference
 # page the code can no longer write fails the build. The reference pages (CLI, settings,
 # errors, client, FSM, HTTP routes) are written from the code by docs/hooks/reference.py.
-docs: install
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 demo: install services
