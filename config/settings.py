@@ -72,7 +72,8 @@ class Settings(BaseSettings):
     """Locks and cache (passwords and ACL users go in the URL, percent-escaped);
     `redis+sentinel://...` for Sentinel."""
     broker_url: str = Field("", repr=False)
-    """Celery broker: `redis://`, `redis+sentinel://` or `amqp://` (RabbitMQ)."""
+    """Celery broker: `redis://`, `redis+sentinel://` or `amqp://` (RabbitMQ); unset, the Redis
+    URL."""
     # A relative SQLite path (the default's included) is made absolute against the folder
     # the process starts in, here, once: every later use, and every process started with
     # child_environment, names the same file.

@@ -143,26 +143,41 @@ def errors_reference() -> str:
     for cls in _error_classes(errors):
         exc = cls.__new__(cls)
         failure = failure_of(exc)
-        exit_ = f"{failure.status} (`{failure.kind}`)" if failure else "1 (`failure`)"
         status, kind = status_of(exc)
+        if failure is None and status == 500:
+            # Neither the CLI nor the service expects it: it ends a turn or fails a step
+            # inside a worker, where the app reads it as metadata.last_error or an error.
+            exit_ = http = "(inside workers)"
+        else:
+            exit_ = f"{failure.status} (`{failure.kind}`)" if failure else "1 (`failure`)"
+            http = f"{status} (`{kind}`)"
         parent = cls.__mro__[1].__name__ if cls is not errors.AgentStateError else "Exception"
         rows.append(
-            f"| `{cls.__name__}` | `{parent}` | {exit_} | {status} (`{kind}`) "
-            f"| {cell(first_paragraph(cls))} |"
+            f"| `{cls.__name__}` | `{parent}` | {exit_} | {http} | {cell(first_paragraph(cls))} |"
         )
     return "\n".join(rows) + "\n"
 
 
 def _error_classes(module: Any) -> list[type[BaseException]]:
+    """The rooted errors of ``module``, the root first, each followed by its subclasses."""
     root = module.AgentStateError
-    found = [
+    found = {
         value
         for value in vars(module).values()
         if isinstance(value, type)
         and issubclass(value, root)
         and value.__module__ == module.__name__
-    ]
-    return sorted(found, key=lambda cls: (len(cls.__mro__), cls.__name__))
+    }
+    ordered: list[type[BaseException]] = []
+
+    def visit(cls: type[BaseException]) -> None:
+        ordered.append(cls)
+        for child in sorted(found, key=lambda c: c.__name__):
+            if child.__mro__[1] is cls and child not in ordered:
+                visit(child)
+
+    visit(root)
+    return ordered + sorted(found - set(ordered), key=lambda c: c.__name__)
 
 
 # -- the Python client -----------------------------------------------------------------
