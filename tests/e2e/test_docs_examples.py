@@ -5,6 +5,7 @@ test_events.py; fragments only compile: tests/unit/test_docs.py.)"""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,12 +14,17 @@ from pathlib import Path
 import pytest
 
 from config import Settings
-from tests.docs_blocks import REPO, Block, complete_blocks
+from tasks.worker import processes
+from tests.docs_blocks import REPO, Block, blocks, complete_blocks
 from tests.support import Workers, make_settings, settings_env, uid
 
 pytestmark = pytest.mark.workers
 
 BLOCKS = complete_blocks()
+
+
+def blocks_of(page: str) -> list[str]:
+    return [block.code for block in blocks() if block.page == page]
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +62,54 @@ def test_every_complete_program_in_the_docs_runs(
     script.write_text(block.code)
     result = _run(settings, [str(script)], tmp_path)
     assert result.returncode == 0, f"{block.page}: {block.first_line}\n{result.stderr}"
+
+
+def test_getting_started_own_agent_action_and_workflow_as_the_page_says(
+    pg_url: str, tmp_path: Path
+) -> None:
+    # The files the page tells a newcomer to save, as the page shows them, in a folder of
+    # their own; the commands the page gives, run there with workers started there.
+    page = (REPO / "docs" / "getting-started.md").read_text()
+    (agent_block,) = [b for b in blocks_of("docs/getting-started.md") if "def generating" in b]
+    (actions_block,) = [b for b in blocks_of("docs/getting-started.md") if "@action" in b]
+    (tmp_path / "shout_agent.py").write_text(agent_block)
+    (tmp_path / "text_actions.py").write_text(actions_block)
+    spec = page.split("```json\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "spec.json").write_text(spec)
+    commands = [line.split("  #")[0].strip() for line in page.splitlines()]
+    send = next(c for c in commands if c.startswith("agentstate send s-2"))
+    run = next(c for c in commands if "agentstate workflow run spec.json" in c)
+
+    settings = make_settings(
+        pg_url, queue=uid("q"), agent="shout_agent", action_modules="text_actions"
+    )
+    env = settings_env(settings)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"  # `. .venv/bin/activate`
+    pool = processes.WorkerGroup(settings, tmp_path, count=1, cwd=tmp_path).start()
+    try:
+        sent = subprocess.run(
+            ["bash", "-c", send],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert sent.returncode == 0, sent.stderr
+        assert "HELLO! (shout 1)" in sent.stdout
+        ran = subprocess.run(
+            ["bash", "-c", f"{run} --json"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert ran.returncode == 0, ran.stderr
+        workflow = json.loads(ran.stdout)
+        assert workflow["status"] == "success"
+        assert workflow["steps"]["total"]["outputs"] == {"words": 8}
+    finally:
+        pool.stop()
