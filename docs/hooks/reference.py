@@ -206,12 +206,40 @@ def _public_methods(cls: type) -> Iterator[tuple[str, Callable[..., Any]]]:
 
 
 def _signature(member: Callable[..., Any]) -> str:
+    """``(a: int, b: str = 'x') -> R`` as written in the source (annotations are strings
+    there), one parameter per line when it would not fit on one."""
     try:
         signature = inspect.signature(member)
     except (TypeError, ValueError):
         return "(...)"
-    parameters = [p for p in signature.parameters.values() if p.name != "self"]
-    return str(signature.replace(parameters=parameters))
+    parts = []
+    starred = False
+    for parameter in signature.parameters.values():
+        if parameter.name == "self":
+            continue
+        if parameter.kind is parameter.KEYWORD_ONLY and not starred:
+            parts.append("*")  # what follows is keyword-only
+        starred = starred or parameter.kind in (parameter.KEYWORD_ONLY, parameter.VAR_POSITIONAL)
+        text = parameter.name
+        if parameter.kind is parameter.VAR_POSITIONAL:
+            text = f"*{text}"
+        elif parameter.kind is parameter.VAR_KEYWORD:
+            text = f"**{text}"
+        if parameter.annotation is not parameter.empty:
+            text += f": {_annotation(parameter.annotation)}"
+        if parameter.default is not parameter.empty:
+            text += f" = {parameter.default!r}"
+        parts.append(text)
+    returns = signature.return_annotation
+    tail = "" if returns is signature.empty else f" -> {_annotation(returns)}"
+    one_line = f"({', '.join(parts)}){tail}"
+    if len(one_line) <= 72:
+        return one_line
+    return "(\n" + "".join(f"    {part},\n" for part in parts) + f"){tail}"
+
+
+def _annotation(annotation: Any) -> str:
+    return annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
 
 
 # -- the HTTP API ----------------------------------------------------------------------
