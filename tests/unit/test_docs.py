@@ -97,3 +97,13 @@ def test_the_reference_pages_cover_every_command_error_and_route() -> None:
     assert "`need_approval`" in hook.fsm_reference()
     client = hook.client_reference()
     assert "### `send_message`" in client and "async def send_message" in client
+
+
+def test_every_link_of_the_readme_reaches_a_file() -> None:
+    # The README is not part of the site, so the strict build does not check its links.
+    readme = (REPO / "README.md").read_text()
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    local = [link for link in links if "://" not in link]
+    assert len(local) > 20
+    for link in local:
+        assert (REPO / link).exists(), link
