@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
+import shlex
 from types import ModuleType
 
 import pytest
@@ -16,6 +17,7 @@ from state import errors
 from tests.docs_blocks import (
     FRAGMENTS,
     NOT_RUN,
+    PAGES,
     REPO,
     blocks,
     complete_blocks,
@@ -107,3 +109,39 @@ def test_every_link_of_the_readme_reaches_a_file() -> None:
     assert len(local) > 20
     for link in local:
         assert (REPO / link).exists(), link
+
+
+def _command_lines() -> list[tuple[str, list[str]]]:
+    """Each ``agentstate ...`` command the README and the docs show, as its words: the lines
+    of their shell blocks, and their inline code (a placeholder N or S stands for 1)."""
+    found = []
+    for page in PAGES:
+        text = page.read_text()
+        lines = [
+            line.strip().removeprefix("$ ")
+            for block in re.findall(r"```(?:sh|bash|console)\n(.*?)```", text, re.S)
+            for line in block.replace("\\\n", " ").splitlines()
+        ]
+        lines += re.findall(r"`(agentstate [^`\n]+)`", text)
+        for line in lines:
+            if re.search(r"\[|\||\.\.\.", line):
+                continue  # a synopsis (`[--all]`, `approve|reject`), not a command
+            words = shlex.split(line.split("&&")[0], comments=True)
+            while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+                words.pop(0)  # VARIABLE=value before the command
+            if words[:1] == ["agentstate"] and not {"--help", "--version"} & set(words):
+                found.append((page.name, ["1" if w in ("N", "S") else w for w in words[1:]]))
+    return found
+
+
+def test_every_command_the_docs_show_is_one_the_cli_accepts() -> None:
+    from tasks.cli.main import build_parser
+
+    parser = build_parser()
+    commands = _command_lines()
+    assert len(commands) > 20
+    for page, words in commands:
+        try:
+            parser.parse_args(words)
+        except Exception as exc:  # the parser's UsageError says what is wrong
+            raise AssertionError(f"{page}: agentstate {shlex.join(words)}: {exc}") from exc
