@@ -5,6 +5,8 @@ A block is one of three kinds, and the tests hold each to its own standard:
   and the e2e tests run it;
 - complete (it names nothing it does not define or import): tests/e2e/test_docs_examples.py
   runs it against real workers;
+- written for the HTTP API (complete but for the caller's KEY): run against
+  ``agentstate serve`` by the same e2e test;
 - a fragment (it uses an ``agent`` or a handler's names defined elsewhere on its page): it
   must compile, and be listed in FRAGMENTS, so a new one is a decision, not an accident.
 """
@@ -33,7 +35,6 @@ FRAGMENTS = {
     ("docs/guides/async-client.md", "async with AsyncAgentClient() as agent:"),
     ("docs/guides/run-control.md", '@action("charge")'),
     ("docs/guides/streaming.md", "# my_agent.py   (AGENTSTATE_AGENT=my_agent)"),
-    ("docs/guides/http-api.md", "import json"),  # needs a running `agentstate serve` and KEY
     (
         "docs/guides/run-control.md",
         "# A retried HTTP request or a double click: one message, one turn, the first message id.",
@@ -41,6 +42,8 @@ FRAGMENTS = {
 }
 # Complete programs that need what the tests do not install (a web framework of the app's).
 NOT_RUN = {("docs/guides/apps.md", "from flask import Flask, jsonify, request")}
+# Programs for the HTTP API: complete but for their KEY; run against `agentstate serve`.
+SERVED = {("docs/guides/http-api.md", "import json")}
 
 
 @dataclass(frozen=True)
@@ -117,5 +120,5 @@ def complete_blocks() -> list[Block]:
     return [
         block
         for block in blocks()
-        if not block.includes and block.key not in FRAGMENTS and block.key not in NOT_RUN
+        if not block.includes and block.key not in FRAGMENTS | NOT_RUN | SERVED
     ]

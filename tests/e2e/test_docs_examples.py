@@ -15,7 +15,8 @@ import pytest
 
 from config import Settings
 from tasks.worker import processes
-from tests.docs_blocks import REPO, Block, blocks, complete_blocks
+from tests.api_support import new_keys, serving
+from tests.docs_blocks import REPO, SERVED, Block, blocks, complete_blocks
 from tests.support import Workers, make_settings, settings_env, uid
 
 pytestmark = pytest.mark.workers
@@ -113,3 +114,21 @@ def test_getting_started_own_agent_action_and_workflow_as_the_page_says(
         assert workflow["steps"]["total"]["outputs"] == {"words": 8}
     finally:
         pool.stop()
+
+
+@pytest.mark.parametrize(
+    "key", sorted(SERVED), ids=[f"{page}:{line}" for page, line in sorted(SERVED)]
+)
+def test_every_http_program_in_the_docs_runs_against_agentstate_serve(
+    settings: Settings, key: tuple[str, str], tmp_path: Path
+) -> None:
+    (block,) = [b for b in blocks() if b.key == key]
+    keys = new_keys("alice")
+    with serving(settings, tmp_path, keys) as api:
+        # The page's program, given the caller's key and pointed at this service.
+        code = f"KEY = {keys['alice']!r}\n" + block.code.replace("http://127.0.0.1:8000", api.url)
+        script = tmp_path / "example.py"
+        script.write_text(code)
+        result = _run(settings, [str(script)], tmp_path)
+    assert result.returncode == 0, f"{block.page}: {block.first_line}\n{result.stderr}"
+    assert "reply" in result.stdout

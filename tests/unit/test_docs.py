@@ -19,6 +19,7 @@ from tests.docs_blocks import (
     NOT_RUN,
     PAGES,
     REPO,
+    SERVED,
     blocks,
     complete_blocks,
     undefined_names,
@@ -44,12 +45,15 @@ def test_every_block_is_python_and_every_fragment_is_one_the_docs_meant() -> Non
     for block in blocks():
         ast.parse(block.code, filename=block.page)  # raises on anything that is not Python
     keys = {block.key for block in blocks()}
-    assert keys >= FRAGMENTS | NOT_RUN, (FRAGMENTS | NOT_RUN) - keys  # none gone stale
+    listed = FRAGMENTS | NOT_RUN | SERVED
+    assert keys >= listed, listed - keys  # none gone stale
     for block in complete_blocks():
         assert not undefined_names(block.code), (
             f"{block.page}: {block.first_line!r} uses {undefined_names(block.code)} without "
             "defining them: make it whole (the e2e tests run it) or list it in FRAGMENTS"
         )
+    for block in (b for b in blocks() if b.key in SERVED):
+        assert undefined_names(block.code) == ["KEY"], block.key
 
 
 def test_the_examples_are_included_from_their_files_and_the_readme_quotes_the_quickstart() -> None:
