@@ -105,6 +105,19 @@ class Settings(BaseSettings):
     # slowly); the log itself is always written.
     events: bool = True
     events_retain_days: float = Field(30.0, gt=0)
+    sessions_retain_days: float | None = Field(
+        None,
+        gt=0,
+        description="Days a resting session may stay untouched before retention deletes it "
+        "with everything of it (history, inbox, events, revisions, its workflows and "
+        "approvals); fractions allowed; unset: sessions are kept.",
+    )
+    workflows_retain_days: float | None = Field(
+        None,
+        gt=0,
+        description="Days a finished workflow is kept (with its steps and its decided "
+        "approvals) before retention deletes it; fractions allowed; unset: kept.",
+    )
     max_event_bytes: int = Field(16384, ge=64)
     max_events_per_phase: int = Field(100, ge=1)
     # Bytes (UTF-8) of token chunks one turn may stream to followers (ctx.stream).

@@ -1,0 +1,104 @@
+"""Erasing a user: every row and every Redis key of the user, their sessions (forks
+included: a fork belongs to its source's user) and their workflows.
+
+Rows go in short transactions of a few sessions each (``rows.delete_sessions``), so a user
+with many sessions never holds locks for long; erasing again finds nothing and deletes
+nothing. A turn in flight cannot write anything back: its commit is a guarded update of
+the session row, which is gone, so its whole transaction rolls back. Its Redis writes
+happen only after a commit, or after a read that preceded the erasure; the keys are
+deleted once the rows are gone and once more after ``GRACE_S``, for a cache write that
+was already on its way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import redis
+from sqlalchemy import Engine, delete, select
+
+from state.ids import validate_id
+from state.lifecycle.rows import delete_sessions, delete_workflows
+from state.storage import keys
+from state.storage.tables import approvals, quarantine, sessions, user_state, workflows
+
+BATCH = 50
+# Longer than a commit's way from the database to its cache write (milliseconds).
+GRACE_S = 0.25
+KINDS = (
+    "sessions",
+    "messages",
+    "inbox",
+    "events",
+    "revisions",
+    "approvals",
+    "workflows",
+    "steps",
+    "user_state",
+    "quarantine",
+    "redis_keys",
+)
+
+
+def erase_user(engine: Engine, client: redis.Redis, user_id: str) -> dict[str, int]:
+    """Delete everything of ``user_id``; returns the rows (and Redis keys) deleted per
+    kind, every kind present (all zero when there was nothing left)."""
+    validate_id(user_id, "user")
+    counts: Counter[str] = Counter()
+    owned: list[str] = keys.owned(user_id=user_id)
+    while True:
+        with engine.begin() as conn:
+            batch = [
+                str(r[0])
+                for r in conn.execute(
+                    select(sessions.c.session_id)
+                    .where(sessions.c.user_id == user_id)
+                    .order_by(sessions.c.session_id)
+                    .limit(BATCH)
+                )
+            ]
+            gone, deleted, _ = delete_sessions(conn, batch)
+        counts.update(deleted)
+        owned += keys.owned(session_ids=gone)
+        if not batch:
+            break
+    while True:  # the user's workflows of no session
+        with engine.begin() as conn:
+            batch = [
+                str(r[0])
+                for r in conn.execute(
+                    select(workflows.c.workflow_id)
+                    .where(workflows.c.user_id == user_id)
+                    .order_by(workflows.c.workflow_id)
+                    .limit(BATCH)
+                )
+            ]
+            counts.update(delete_workflows(conn, batch))
+        if not batch:
+            break
+    with engine.begin() as conn:
+        counts["approvals"] += conn.execute(
+            delete(approvals).where(approvals.c.user_id == user_id)
+        ).rowcount
+        counts["user_state"] += conn.execute(
+            delete(user_state).where(user_state.c.user_id == user_id)
+        ).rowcount
+        counts["quarantine"] += conn.execute(
+            delete(quarantine).where(quarantine.c.kind == "user", quarantine.c.key == user_id)
+        ).rowcount
+    counts["redis_keys"] += drop_keys(client, owned)
+    time.sleep(GRACE_S)
+    counts["redis_keys"] += drop_keys(client, owned)
+    return {kind: int(counts[kind]) for kind in KINDS}
+
+
+def drop_keys(client: redis.Redis, names: list[str], chunk: int = 500) -> int:
+    """Delete ``names`` (one command per key: on Redis Cluster they live on many slots)."""
+    deleted = 0
+    for start in range(0, len(names), chunk):
+        with client.pipeline(transaction=False) as pipe:
+            for name in names[start : start + chunk]:
+                pipe.delete(name)
+            deleted += sum(int(n) for n in pipe.execute())
+    return deleted

@@ -1,0 +1,87 @@
+"""Deleting a set of sessions or workflows with every row that belongs to them, in the
+caller's transaction: what erasure and retention share.
+
+The session rows go first, with their row locks: a turn of one of them that commits
+later finds its guarded update matching nothing (StaleStateError) and its whole
+transaction (messages, events, user state) rolls back, while whatever a turn committed
+before the lock is seen by the deletes that follow (each statement reads anew).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from sqlalchemy import ColumnElement, Connection, Delete, delete, select
+
+from state.storage.tables import (
+    approvals,
+    events,
+    inbox,
+    messages,
+    quarantine,
+    revisions,
+    sessions,
+    steps,
+    workflows,
+)
+
+
+def delete_sessions(
+    conn: Connection, session_ids: Sequence[str], still_due: ColumnElement[bool] | None = None
+) -> tuple[list[str], Counter[str], list[str]]:
+    """Delete these sessions (only those still matching ``still_due``, checked under the
+    row lock) and everything of them, their workflows included. Returns the sessions
+    deleted, the rows deleted per kind and the workflows deleted."""
+    counts: Counter[str] = Counter()
+    if not session_ids:
+        return [], counts, []
+    condition: ColumnElement[bool] = sessions.c.session_id.in_(session_ids)
+    if still_due is not None:
+        condition = condition & still_due
+    gone = [
+        str(r[0])
+        for r in conn.execute(delete(sessions).where(condition).returning(sessions.c.session_id))
+    ]
+    counts["sessions"] += len(gone)
+    if not gone:
+        return gone, counts, []
+    workflow_ids = [
+        str(r[0])
+        for r in conn.execute(
+            select(workflows.c.workflow_id).where(workflows.c.session_id.in_(gone))
+        )
+    ]
+    counts.update(delete_workflows(conn, workflow_ids))
+    counts["approvals"] += _count(conn, delete(approvals).where(approvals.c.session_id.in_(gone)))
+    for name, table in (
+        ("messages", messages),
+        ("inbox", inbox),
+        ("events", events),
+        ("revisions", revisions),
+    ):
+        counts[name] += _count(conn, delete(table).where(table.c.session_id.in_(gone)))
+    counts["quarantine"] += _count(
+        conn,
+        delete(quarantine).where(quarantine.c.kind == "session", quarantine.c.key.in_(gone)),
+    )
+    return gone, counts, workflow_ids
+
+
+def delete_workflows(conn: Connection, workflow_ids: Sequence[str]) -> Counter[str]:
+    """Delete these workflows, their steps and their approvals."""
+    counts: Counter[str] = Counter()
+    if not workflow_ids:
+        return counts
+    counts["workflows"] += _count(
+        conn, delete(workflows).where(workflows.c.workflow_id.in_(workflow_ids))
+    )
+    counts["steps"] += _count(conn, delete(steps).where(steps.c.workflow_id.in_(workflow_ids)))
+    counts["approvals"] += _count(
+        conn, delete(approvals).where(approvals.c.workflow_id.in_(workflow_ids))
+    )
+    return counts
+
+
+def _count(conn: Connection, statement: Delete) -> int:
+    return int(conn.execute(statement).rowcount)
