@@ -161,6 +161,12 @@ class Settings(BaseSettings):
             raise ValueError("must not be empty")
         return value.strip()
 
+    @field_validator("sessions_retain_days", "workflows_retain_days", mode="before")
+    @classmethod
+    def _off_when_blank(cls, value: object) -> object:
+        # An empty variable (AGENTSTATE_SESSIONS_RETAIN_DAYS=) turns retention off.
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("redis_url", "broker_url", "database_url")
     @classmethod
     def _well_formed_url(cls, value: str, info: ValidationInfo) -> str:
@@ -297,5 +303,7 @@ def child_environment(settings: Settings) -> dict[str, str]:
     if settings.redis_url_file and not settings.broker_url_file:
         values.pop("broker_url", None)  # it defaulted to the Redis URL: it will again
     for name, value in values.items():
-        env[f"AGENTSTATE_{name.upper()}"] = str(getattr(value, "value", value))
+        # An unset optional setting stays unset (empty), not the text "None".
+        shown = "" if value is None else str(getattr(value, "value", value))
+        env[f"AGENTSTATE_{name.upper()}"] = shown
     return env
