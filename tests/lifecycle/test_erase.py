@@ -18,22 +18,10 @@ from config import Settings
 from state.storage import keys
 from tasks.client import AgentClient
 from tests.lifecycle.scan import keys_naming, rows_naming
-from tests.support import REPO, Workers, agent_test_settings, settings_env, uid
+from tests.support import REPO, settings_env, uid
 
 pytestmark = pytest.mark.workers
 AGENTSTATE = str(Path(sys.executable).with_name("agentstate"))
-
-
-@pytest.fixture(scope="module")
-def settings(pg_url: str) -> Settings:
-    return agent_test_settings(pg_url)
-
-
-@pytest.fixture(scope="module")
-def client(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    pool = Workers(settings, tmp_path_factory.mktemp("erase"), count=2).start()
-    yield AgentClient(settings)
-    pool.stop()
 
 
 def populate(client: AgentClient, user: str) -> list[str]:
@@ -130,11 +118,13 @@ def test_erase_on_the_command_line(client: AgentClient, settings: Settings) -> N
     assert human.returncode == 0 and "erased" in human.stdout
 
 
-def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(
+    settings: Settings, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [AGENTSTATE, *args],
         cwd=REPO,
-        env=settings_env(settings),
+        env={**settings_env(settings), **(env or {})},
         capture_output=True,
         text=True,
         timeout=120,
