@@ -291,8 +291,8 @@ class SessionStore:
     ) -> Document | None:
         """The state document with its history (or a page of it, see :meth:`history`),
         JSON-ready; None if unknown, or if ``user_id`` is given and not the session's."""
-        _check_page_argument("history_limit", history_limit)
-        _check_page_argument("before_seq", before_seq)
+        check_page_argument("history_limit", history_limit)
+        check_page_argument("before_seq", before_seq)
         snapshot = self.load_from_database(session_id)
         if snapshot is None or (user_id is not None and snapshot.user_id != user_id):
             return None
@@ -407,7 +407,8 @@ def after(snapshot: Snapshot, change: SessionChange) -> Snapshot:
     )
 
 
-def _check_page_argument(name: str, value: object) -> None:
+def check_page_argument(name: str, value: object) -> None:
+    """BadInputError unless ``value`` is None or a whole number >= 0 (a paging argument)."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
         raise BadInputError(f"{name} must be a whole number, 0 or more; got {value!r:.40}")
 
