@@ -58,7 +58,7 @@ def erase_user(engine: Engine, client: redis.Redis, user_id: str) -> dict[str, i
                     .limit(BATCH)
                 )
             ]
-            gone, deleted, _ = delete_sessions(conn, batch)
+            gone, deleted, _ = delete_sessions(conn, batch, forks_too=True)
         counts.update(deleted)
         owned += keys.owned(session_ids=gone)
         if not batch:

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from sqlalchemy import ColumnElement, Connection, Delete, delete, select
+from sqlalchemy import ColumnElement, Connection, Delete, delete, select, update
 
+from state.events.fork import copy_history
 from state.storage.tables import (
     approvals,
     events,
@@ -28,14 +29,22 @@ from state.storage.tables import (
 
 
 def delete_sessions(
-    conn: Connection, session_ids: Sequence[str], still_due: ColumnElement[bool] | None = None
+    conn: Connection,
+    session_ids: Sequence[str],
+    still_due: ColumnElement[bool] | None = None,
+    forks_too: bool = False,
 ) -> tuple[list[str], Counter[str], list[str]]:
     """Delete these sessions (only those still matching ``still_due``, checked under the
-    row lock) and everything of them, their workflows included. Returns the sessions
-    deleted, the rows deleted per kind and the workflows deleted."""
+    row lock) and everything of them, their workflows included; with ``forks_too`` the
+    forks that read their history go too, else those forks are kept readable
+    (:func:`keep_forks_readable`). Returns the sessions deleted, the rows deleted per kind
+    and the workflows deleted."""
     counts: Counter[str] = Counter()
     if not session_ids:
         return [], counts, []
+    if forks_too:
+        forks = select(sessions.c.session_id).where(sessions.c.prefix_session_id.in_(session_ids))
+        session_ids = sorted({*session_ids, *(str(r[0]) for r in conn.execute(forks))})
     condition: ColumnElement[bool] = sessions.c.session_id.in_(session_ids)
     if still_due is not None:
         condition = condition & still_due
@@ -46,6 +55,7 @@ def delete_sessions(
     counts["sessions"] += len(gone)
     if not gone:
         return gone, counts, []
+    keep_forks_readable(conn, gone)
     workflow_ids = [
         str(r[0])
         for r in conn.execute(
@@ -85,3 +95,28 @@ def delete_workflows(conn: Connection, workflow_ids: Sequence[str]) -> Counter[s
 
 def _count(conn: Connection, statement: Delete) -> int:
     return int(conn.execute(statement).rowcount)
+
+
+def keep_forks_readable(conn: Connection, gone: Sequence[str]) -> None:
+    """Before the history of the sessions ``gone`` is deleted: each surviving fork that
+    reads from one of them gets what it reads. The fork that shares the most becomes
+    the holder (the shared rows are copied into it once); the others read from it, so
+    no fork reads from a session that reads from another (one level, always)."""
+    forks = conn.execute(
+        select(sessions.c.session_id, sessions.c.prefix_session_id, sessions.c.prefix_count)
+        .where(sessions.c.prefix_session_id.in_(gone), sessions.c.session_id.not_in(gone))
+        .order_by(sessions.c.prefix_session_id, sessions.c.prefix_count.desc())
+        .with_for_update()
+    ).all()
+    holders: dict[str, str] = {}
+    for fork_id, source_id, count in forks:
+        holder, shared = holders.get(source_id), int(count)
+        if holder is None:  # the first of each source shares the most: it takes the rows
+            holders[source_id] = fork_id
+            copy_history(conn, source_id, fork_id, 0, shared)
+            shared = 0
+        conn.execute(
+            update(sessions)
+            .where(sessions.c.session_id == fork_id)
+            .values(prefix_session_id=holder, prefix_count=shared)
+        )

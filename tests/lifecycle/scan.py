@@ -53,7 +53,7 @@ def keys_naming(client: redis.Redis, ids: list[str]) -> dict[str, Any]:
 
 
 def _value(client: redis.Redis, key: str) -> Any:
-    kind = client.type(key).decode()
+    kind = str(client.type(key), "utf-8")  # type: ignore[arg-type]
     if kind == "hash":
         return client.hgetall(key)
     if kind == "list":

@@ -49,7 +49,10 @@ def age(engine: Engine, session_ids: list[str], workflow_ids: list[str], hours: 
 
 def due_left(engine: Engine, cutoff: Any) -> dict[str, int]:
     with engine.connect() as conn:
-        count = lambda q: int(conn.execute(q).scalar_one())  # noqa: E731
+
+        def count(query: Any) -> int:
+            return int(conn.execute(query).scalar_one())
+
         return {
             "sessions": count(
                 select(func.count())
@@ -118,6 +121,7 @@ def test_one_prune_deletes_all_that_is_due_and_keeps_a_fresh_session_whole(
     ), told
     assert keys_naming(client.backend.redis, [*old, *flows]) == {}
     assert client.get_session(fresh) == before
+    assert before is not None
     assert [r["revision"] for r in client.revisions(fresh)][-1] == before["revision"]
     human = cli(settings, "prune", env=env)
     assert human.returncode == 0 and "pruned" in human.stdout, human.stderr
