@@ -120,3 +120,20 @@ def keep_forks_readable(conn: Connection, gone: Sequence[str]) -> None:
             .where(sessions.c.session_id == fork_id)
             .values(prefix_session_id=holder, prefix_count=shared)
         )
+
+
+def detach_forks(conn: Connection, source_id: str, from_seq: int) -> None:
+    """Before ``source_id``'s messages from ``from_seq`` on are deleted (a rolled-back
+    turn): the forks that share some of them get their own copy of those."""
+    forks = conn.execute(
+        select(sessions.c.session_id, sessions.c.prefix_count)
+        .where(sessions.c.prefix_session_id == source_id, sessions.c.prefix_count > from_seq)
+        .with_for_update()
+    ).all()
+    for fork_id, count in forks:
+        copy_history(conn, source_id, fork_id, from_seq, int(count))
+        conn.execute(
+            update(sessions)
+            .where(sessions.c.session_id == fork_id)
+            .values(prefix_session_id=source_id if from_seq else None, prefix_count=from_seq)
+        )

@@ -65,19 +65,23 @@ class Timeline:
         return self.feed.events(session_id, after, follow, timeout, tokens)
 
     def revisions(
-        self, session_id: str, user_id: str | None = None, after: int = 0, limit: int = 1000
+        self,
+        session_id: str,
+        user_id: str | None = None,
+        after: int | None = 0,
+        limit: int | None = 1000,
     ) -> list[Document]:
         """``{revision, phase, trigger, at}`` of the kept revisions above ``after``, oldest
         first, at most ``limit`` (1 to 1000): the next page is ``after=`` the last one's
-        ``revision``.
+        ``revision``. None stands for the default (as AsyncAgentClient passes it on).
 
         ``trigger`` names what made the revision: the FSM triggers its commit fired
         (``"receive_input+intent_clear"``), or ``created``, ``fork``, ``expire``,
         ``wait_for_workflow``, ``quarantine``, ``update``.
         """
         validate_id(session_id, "session")
-        whole_number(after, "after")
-        check_limit(limit)
+        after = whole_number(0 if after is None else after, "after")
+        limit = check_limit(1000 if limit is None else limit)
         if user_id is not None:
             validate_id(user_id, "user")
         self.feed.require(session_id, user_id)

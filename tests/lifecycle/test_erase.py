@@ -99,6 +99,16 @@ def test_a_turn_in_flight_leaves_nothing_behind(client: AgentClient) -> None:
     assert [m["role"] for m in doc["message_history"]] == ["user", "assistant"]
 
 
+def test_a_turn_streaming_when_erased_leaves_no_chunks_behind(client: AgentClient) -> None:
+    user, session_id = uid("streamer"), uid("stream")
+    client.send_message(session_id, "trickle slowly", user_id=user)
+    redis_client = client.backend.redis
+    wait_until(lambda: redis_client.llen(keys.session_chunks(session_id)) > 2)
+    client.erase_user(user)
+    time.sleep(3.0)  # the handler streams its last chunks, its commit finds nothing
+    assert everything(client, [user, session_id]) == ({}, {})
+
+
 def test_erase_on_the_command_line(client: AgentClient, settings: Settings) -> None:
     user = uid("cli")
     session_id = uid("s")
