@@ -85,7 +85,7 @@ def erase_user(engine: Engine, client: redis.Redis, user_id: str) -> dict[str, i
             delete(user_state).where(user_state.c.user_id == user_id)
         ).rowcount
         counts["quarantine"] += conn.execute(
-            delete(quarantine).where(quarantine.c.kind == "user", quarantine.c.key == user_id)
+            delete(quarantine).where(quarantine.c.kind == "user_state", quarantine.c.key == user_id)
         ).rowcount
     counts["redis_keys"] += drop_keys(client, owned)
     time.sleep(GRACE_S)
