@@ -99,6 +99,30 @@ def test_a_turn_in_flight_leaves_nothing_behind(client: AgentClient) -> None:
     assert [m["role"] for m in doc["message_history"]] == ["user", "assistant"]
 
 
+def test_a_step_running_when_erased_leaves_nothing_behind(client: AgentClient) -> None:
+    user, session_id = uid("stepper"), uid("s")
+    client.send_message(session_id, "what is 1+1?", user_id=user)
+    client.wait_for_idle(session_id, timeout=60)
+    workflow_id = client.start_workflow(
+        {
+            "session_id": session_id,
+            "steps": [
+                {"step_id": "nap", "action": "sleep", "inputs": {"seconds": 1.5}},
+                {"step_id": "after", "action": "echo", "inputs": {}, "dependencies": ["nap"]},
+            ],
+        }
+    )
+    wait_until(lambda: _step_status(client, workflow_id) == "running")
+    client.erase_user(user)
+    time.sleep(3.0)  # the step ends, its commit finds nothing, its dependent never runs
+    assert everything(client, [user, session_id, workflow_id]) == ({}, {})
+
+
+def _step_status(client: AgentClient, workflow_id: str) -> str | None:
+    doc = client.get_workflow(workflow_id)
+    return None if doc is None else str(doc["steps"]["nap"]["status"])
+
+
 def test_a_turn_streaming_when_erased_leaves_no_chunks_behind(client: AgentClient) -> None:
     user, session_id = uid("streamer"), uid("stream")
     client.send_message(session_id, "trickle slowly", user_id=user)
