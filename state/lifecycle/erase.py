@@ -19,9 +19,9 @@ import redis
 from sqlalchemy import Engine, delete, select
 
 from state.ids import validate_id
-from state.lifecycle.rows import delete_sessions, delete_workflows
+from state.lifecycle.rows import delete_sessions, delete_workflows, keyed_by, kind_of
 from state.storage import keys
-from state.storage.tables import approvals, quarantine, sessions, user_state, workflows
+from state.storage.tables import quarantine, sessions, workflows
 
 BATCH = 50
 # Longer than a commit's way from the database to its cache write (milliseconds).
@@ -77,13 +77,11 @@ def erase_user(engine: Engine, client: redis.Redis, user_id: str) -> dict[str, i
             counts.update(delete_workflows(conn, batch))
         if not batch:
             break
-    with engine.begin() as conn:
-        counts["approvals"] += conn.execute(
-            delete(approvals).where(approvals.c.user_id == user_id)
-        ).rowcount
-        counts["user_state"] += conn.execute(
-            delete(user_state).where(user_state.c.user_id == user_id)
-        ).rowcount
+    with engine.begin() as conn:  # approvals, user state: whatever else names the user
+        for table in keyed_by("user_id"):
+            counts[kind_of(table)] += conn.execute(
+                delete(table).where(table.c.user_id == user_id)
+            ).rowcount
         counts["quarantine"] += conn.execute(
             delete(quarantine).where(quarantine.c.kind == "user_state", quarantine.c.key == user_id)
         ).rowcount
@@ -91,7 +89,7 @@ def erase_user(engine: Engine, client: redis.Redis, user_id: str) -> dict[str, i
     if any(counts.values()):  # something was there: a late cache write may be on its way
         time.sleep(GRACE_S)
         counts["redis_keys"] += drop_keys(client, owned)
-    return {kind: int(counts[kind]) for kind in KINDS}
+    return {kind: int(counts[kind]) for kind in (*KINDS, *sorted(set(counts) - set(KINDS)))}
 
 
 def drop_keys(client: redis.Redis, names: list[str], chunk: int = 500) -> int:

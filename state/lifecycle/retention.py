@@ -66,7 +66,7 @@ def prune_all(
     cutoff = now - timedelta(days=settings.events_retain_days)
     counts["events"] += _until_done(engine, _old_events(cutoff, EVENT_BATCH), EVENT_BATCH)
     counts["revisions"] += _until_done(engine, _old_revisions(cutoff, EVENT_BATCH), EVENT_BATCH)
-    return {kind: int(counts[kind]) for kind in KINDS}
+    return {kind: int(counts[kind]) for kind in (*KINDS, *sorted(set(counts) - set(KINDS)))}
 
 
 def _prune_sessions(engine: Engine, client: redis.Redis, cutoff: datetime) -> Counter[str]:

@@ -12,20 +12,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from sqlalchemy import ColumnElement, Connection, Delete, delete, select, update
+from sqlalchemy import ColumnElement, Connection, Delete, Table, delete, select, update
 
 from state.events.fork import copy_history
-from state.storage.tables import (
-    approvals,
-    events,
-    inbox,
-    messages,
-    quarantine,
-    revisions,
-    sessions,
-    steps,
-    workflows,
-)
+from state.storage.tables import Base, quarantine, sessions, steps, workflows
 
 
 def delete_sessions(
@@ -63,14 +53,8 @@ def delete_sessions(
         )
     ]
     counts.update(delete_workflows(conn, workflow_ids))
-    counts["approvals"] += _count(conn, delete(approvals).where(approvals.c.session_id.in_(gone)))
-    for name, table in (
-        ("messages", messages),
-        ("inbox", inbox),
-        ("events", events),
-        ("revisions", revisions),
-    ):
-        counts[name] += _count(conn, delete(table).where(table.c.session_id.in_(gone)))
+    for table in keyed_by("session_id"):
+        counts[kind_of(table)] += _count(conn, delete(table).where(table.c.session_id.in_(gone)))
     counts["quarantine"] += _count(
         conn,
         delete(quarantine).where(quarantine.c.kind == "session", quarantine.c.key.in_(gone)),
@@ -86,11 +70,27 @@ def delete_workflows(conn: Connection, workflow_ids: Sequence[str]) -> Counter[s
     counts["workflows"] += _count(
         conn, delete(workflows).where(workflows.c.workflow_id.in_(workflow_ids))
     )
-    counts["steps"] += _count(conn, delete(steps).where(steps.c.workflow_id.in_(workflow_ids)))
-    counts["approvals"] += _count(
-        conn, delete(approvals).where(approvals.c.workflow_id.in_(workflow_ids))
-    )
+    for table in keyed_by("workflow_id"):
+        counts[kind_of(table)] += _count(
+            conn, delete(table).where(table.c.workflow_id.in_(workflow_ids))
+        )
     return counts
+
+
+def keyed_by(column: str) -> list[Table]:
+    """Every table with ``column`` but the sessions and workflows themselves: the rows
+    that belong to a session, a workflow or a user (``user_id``). Found by column, so a
+    table added later (with its owner's id) is deleted with its owner too."""
+    return [
+        table
+        for table in Base.metadata.sorted_tables
+        if column in table.c and table.name not in (sessions.name, workflows.name)
+    ]
+
+
+def kind_of(table: Table) -> str:
+    """The name of a table's rows in the counts (``steps`` for ``workflow_steps``)."""
+    return "steps" if table is steps else table.name
 
 
 def _count(conn: Connection, statement: Delete) -> int:
