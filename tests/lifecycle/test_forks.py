@@ -152,6 +152,21 @@ def test_revisions_page(client: AgentClient) -> None:
         paged += page
         after = page[-1]["revision"]
     assert paged == every
+    # The past pages as the present: after the second answer, the newest item, then the
+    # one before it.
+    second = next(
+        r["revision"]
+        for r in every
+        if r["revision"] > 0 and _items(client, session_id, r["revision"]) == 4
+    )
+    whole = client.get_session(session_id, revision=second)
+    newest = client.get_session(session_id, revision=second, history_limit=1)
+    assert history(newest) == history(whole)[-1:]
+    older = client.get_session(
+        session_id, revision=second, history_limit=1, before_seq=history(newest)[0]["seq"]
+    )
+    assert history(older) == history(whole)[-2:-1]
+    assert history(client.get_session(session_id, revision=second, history_limit=0)) == []
     for bad in ({"limit": 0}, {"limit": 1001}, {"after": -1}, {"limit": "2"}):
         with pytest.raises(Exception) as caught:
             client.revisions(session_id, **bad)
@@ -159,3 +174,7 @@ def test_revisions_page(client: AgentClient) -> None:
     with pytest.raises(Exception) as caught:
         client.get_session(session_id, revision=1, history_limit=-1)
     assert "history_limit" in str(caught.value)
+
+
+def _items(client: AgentClient, session_id: str, revision: int) -> int:
+    return len(history(client.get_session(session_id, revision=revision)))
