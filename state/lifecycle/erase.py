@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from functools import partial
 
 import redis
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Connection, Engine, delete, select
 
 from state.ids import validate_id
-from state.lifecycle.rows import delete_sessions, delete_workflows, keyed_by, kind_of
+from state.lifecycle.rows import delete_sessions, delete_workflows, in_batch, keyed_by, kind_of
 from state.storage import keys
 from state.storage.tables import quarantine, sessions, workflows
 
@@ -48,48 +49,63 @@ def erase_user(engine: Engine, client: redis.Redis, user_id: str) -> dict[str, i
     counts: Counter[str] = Counter()
     owned: list[str] = keys.owned(user_id=user_id)
     while True:
-        with engine.begin() as conn:
-            batch = [
-                str(r[0])
-                for r in conn.execute(
-                    select(sessions.c.session_id)
-                    .where(sessions.c.user_id == user_id)
-                    .order_by(sessions.c.session_id)
-                    .limit(BATCH)
-                )
-            ]
-            gone, deleted, _ = delete_sessions(conn, batch, forks_too=True)
+        found, gone, deleted = in_batch(engine, partial(_sessions_batch, user_id=user_id))
         counts.update(deleted)
         owned += keys.owned(session_ids=gone)
-        if not batch:
+        if not found:
             break
     while True:  # the user's workflows of no session
-        with engine.begin() as conn:
-            batch = [
-                str(r[0])
-                for r in conn.execute(
-                    select(workflows.c.workflow_id)
-                    .where(workflows.c.user_id == user_id)
-                    .order_by(workflows.c.workflow_id)
-                    .limit(BATCH)
-                )
-            ]
-            counts.update(delete_workflows(conn, batch))
-        if not batch:
+        deleted = in_batch(engine, partial(_workflows_batch, user_id=user_id))
+        counts.update(deleted)
+        if not deleted:
             break
-    with engine.begin() as conn:  # approvals, user state: whatever else names the user
-        for table in keyed_by("user_id"):
-            counts[kind_of(table)] += conn.execute(
-                delete(table).where(table.c.user_id == user_id)
-            ).rowcount
-        counts["quarantine"] += conn.execute(
-            delete(quarantine).where(quarantine.c.kind == "user_state", quarantine.c.key == user_id)
-        ).rowcount
+    counts.update(in_batch(engine, partial(_user_rows, user_id=user_id)))
     counts["redis_keys"] += drop_keys(client, owned)
     if any(counts.values()):  # something was there: a late cache write may be on its way
         time.sleep(GRACE_S)
         counts["redis_keys"] += drop_keys(client, owned)
     return {kind: int(counts[kind]) for kind in (*KINDS, *sorted(set(counts) - set(KINDS)))}
+
+
+def _sessions_batch(conn: Connection, user_id: str) -> tuple[bool, list[str], Counter[str]]:
+    """(whether any session of the user was left, those deleted, rows deleted per kind)"""
+    batch = [
+        str(r[0])
+        for r in conn.execute(
+            select(sessions.c.session_id)
+            .where(sessions.c.user_id == user_id)
+            .order_by(sessions.c.session_id)
+            .limit(BATCH)
+        )
+    ]
+    gone, deleted, _ = delete_sessions(conn, batch, forks_too=True)
+    return bool(batch), gone, deleted
+
+
+def _workflows_batch(conn: Connection, user_id: str) -> Counter[str]:
+    batch = [
+        str(r[0])
+        for r in conn.execute(
+            select(workflows.c.workflow_id)
+            .where(workflows.c.user_id == user_id)
+            .order_by(workflows.c.workflow_id)
+            .limit(BATCH)
+        )
+    ]
+    return delete_workflows(conn, batch)
+
+
+def _user_rows(conn: Connection, user_id: str) -> Counter[str]:
+    """Approvals, user state: whatever else names the user."""
+    counts: Counter[str] = Counter()
+    for table in keyed_by("user_id"):
+        counts[kind_of(table)] += conn.execute(
+            delete(table).where(table.c.user_id == user_id)
+        ).rowcount
+    counts["quarantine"] += conn.execute(
+        delete(quarantine).where(quarantine.c.kind == "user_state", quarantine.c.key == user_id)
+    ).rowcount
+    return counts
 
 
 def drop_keys(client: redis.Redis, names: list[str], chunk: int = 500) -> int:

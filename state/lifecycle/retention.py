@@ -16,18 +16,16 @@ WAL flush on Postgres: a delete lost in a crash is simply due again next run.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 import redis
-from sqlalchemy import Connection, Delete, Engine, delete, exists, select, text
+from sqlalchemy import Connection, Delete, Engine, delete, exists, select
 
 from config import Settings
 from state.clock import utcnow
 from state.events.retention import _old_events, _old_revisions
 from state.lifecycle.erase import drop_keys
-from state.lifecycle.rows import delete_sessions, delete_workflows
+from state.lifecycle.rows import delete_sessions, delete_workflows, in_batch
 from state.machine import WAITING_PHASES, Phase
 from state.storage import keys
 from state.storage.tables import approvals, inbox, sessions, workflows
@@ -75,18 +73,22 @@ def _prune_sessions(engine: Engine, client: redis.Redis, cutoff: datetime) -> Co
     # Checked again under the row lock when deleting: a session touched meanwhile stays.
     due = sessions.c.phase.in_(DELETABLE_PHASES) & (sessions.c.updated_at < cutoff) & ~queued
     after = ""
+
+    def one_batch(conn: Connection) -> tuple[list[str], list[str], Counter[str]]:
+        batch = [
+            str(r[0])
+            for r in conn.execute(
+                select(sessions.c.session_id)
+                .where(due, sessions.c.session_id > after)
+                .order_by(sessions.c.session_id)
+                .limit(SESSION_BATCH)
+            )
+        ]
+        gone, deleted, _ = delete_sessions(conn, batch, due)
+        return batch, gone, deleted
+
     while True:
-        with _batch(engine) as conn:
-            batch = [
-                str(r[0])
-                for r in conn.execute(
-                    select(sessions.c.session_id)
-                    .where(due, sessions.c.session_id > after)
-                    .order_by(sessions.c.session_id)
-                    .limit(SESSION_BATCH)
-                )
-            ]
-            gone, deleted, _ = delete_sessions(conn, batch, due)
+        batch, gone, deleted = in_batch(engine, one_batch, quick_commit=True)
         counts.update(deleted)
         counts["redis_keys"] += drop_keys(client, keys.owned(session_ids=gone))
         if len(batch) < SESSION_BATCH:
@@ -97,16 +99,18 @@ def _prune_sessions(engine: Engine, client: redis.Redis, cutoff: datetime) -> Co
 def _prune_workflows(engine: Engine, cutoff: datetime) -> Counter[str]:
     counts: Counter[str] = Counter()
     due = workflows.c.status.in_(FINISHED) & (workflows.c.finished_at < cutoff)
+
+    def one_batch(conn: Connection) -> tuple[int, Counter[str]]:
+        batch = [
+            str(r[0])
+            for r in conn.execute(select(workflows.c.workflow_id).where(due).limit(WORKFLOW_BATCH))
+        ]
+        return len(batch), delete_workflows(conn, batch)
+
     while True:
-        with _batch(engine) as conn:
-            batch = [
-                str(r[0])
-                for r in conn.execute(
-                    select(workflows.c.workflow_id).where(due).limit(WORKFLOW_BATCH)
-                )
-            ]
-            counts.update(delete_workflows(conn, batch))
-        if len(batch) < WORKFLOW_BATCH:
+        found, deleted = in_batch(engine, one_batch, quick_commit=True)
+        counts.update(deleted)
+        if found < WORKFLOW_BATCH:
             break
     decided = approvals.c.decision.is_not(None) & (approvals.c.decided_at < cutoff)
     victims = select(approvals.c.approval_id).where(decided).limit(WORKFLOW_BATCH)
@@ -121,17 +125,9 @@ def _prune_workflows(engine: Engine, cutoff: datetime) -> Counter[str]:
 def _until_done(engine: Engine, statement: Delete, batch: int) -> int:
     total = 0
     while True:
-        with _batch(engine) as conn:
-            deleted = int(conn.execute(statement).rowcount)
+        deleted = in_batch(
+            engine, lambda conn: int(conn.execute(statement).rowcount), quick_commit=True
+        )
         total += deleted
         if deleted < batch:
             return total
-
-
-@contextmanager
-def _batch(engine: Engine) -> Iterator[Connection]:
-    """One batch's transaction; on Postgres its commit does not wait for the WAL flush."""
-    with engine.begin() as conn:
-        if conn.dialect.name == "postgresql":
-            conn.execute(text("SET LOCAL synchronous_commit = off"))
-        yield conn

@@ -9,13 +9,40 @@ before the lock is seen by the deletes that follow (each statement reads anew).
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
-from sqlalchemy import ColumnElement, Connection, Delete, Table, delete, select, update
+from sqlalchemy import ColumnElement, Connection, Delete, Engine, Table, delete, select, update
+from sqlalchemy.exc import DBAPIError
 
 from state.events.fork import copy_history
 from state.storage.tables import Base, quarantine, sessions, steps, workflows
+
+T = TypeVar("T")
+# Deadlock detected, serialization failure: the batch is simply run again.
+_RETRYABLE = {"40P01", "40001"}
+ATTEMPTS = 5
+
+
+def in_batch(engine: Engine, work: Callable[[Connection], T], quick_commit: bool = False) -> T:
+    """Run one batch in a transaction of its own, again if Postgres chose it as a
+    deadlock's victim (a batch locks many rows, in another order than a turn or a step
+    does). With ``quick_commit`` the commit does not wait for the WAL flush (a delete
+    lost in a crash is simply due again)."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            with engine.begin() as conn:
+                if quick_commit and conn.dialect.name == "postgresql":
+                    conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
+                return work(conn)
+        except DBAPIError as exc:
+            code = getattr(exc.orig, "pgcode", None)
+            if code not in _RETRYABLE or attempt == ATTEMPTS:
+                raise
+            time.sleep(0.05 * attempt)
+    raise AssertionError("unreachable")
 
 
 def delete_sessions(
