@@ -87,8 +87,8 @@ def test_a_turn_in_flight_leaves_nothing_behind(client: AgentClient) -> None:
     sessions = [uid("race") for _ in range(4)]
     for session_id in sessions:  # executing lingers: erasure lands mid-turn
         client.send_message(session_id, "remember that linger is slow", user_id=user)
-    wait_until(lambda: all(_phase(client, s) not in (None, "idle") for s in sessions))
-    wait_until(lambda: any(_phase(client, s) == "executing" for s in sessions))
+    wait_until(lambda: all(phase_of(client, s) not in (None, "idle") for s in sessions))
+    wait_until(lambda: any(phase_of(client, s) == "executing" for s in sessions))
     counts = client.erase_user(user)
     assert counts["sessions"] == len(sessions), counts
     time.sleep(4.0)  # the handlers finish, their commits find nothing, the workers move on
@@ -166,7 +166,7 @@ def cli(
     )
 
 
-def _phase(client: AgentClient, session_id: str) -> str | None:
+def phase_of(client: AgentClient, session_id: str) -> str | None:
     doc = client.get_session(session_id, history_limit=0)
     return None if doc is None else str(doc["phase"])
 

@@ -17,6 +17,7 @@ from state.storage import keys
 from state.storage.tables import messages, sessions
 from tasks.client import AgentClient
 from tests.lifecycle.scan import rows_naming
+from tests.lifecycle.test_erase import phase_of, wait_until
 from tests.support import uid
 
 pytestmark = pytest.mark.workers
@@ -178,3 +179,19 @@ def test_revisions_page(client: AgentClient) -> None:
 
 def _items(client: AgentClient, session_id: str, revision: int) -> int:
     return len(history(client.get_session(session_id, revision=revision)))
+
+
+def test_a_fork_keeps_what_a_rollback_removes_from_its_source(client: AgentClient) -> None:
+    user, source = uid("u"), uid("src")
+    client.send_message(source, "what is 1+1?", user_id=user)
+    client.wait_for_idle(source, timeout=60)
+    client.send_message(source, "linger a while", user_id=user)
+    wait_until(lambda: phase_of(client, source) == "executing")
+    revision = client.revisions(source)[-1]["revision"]
+    then = client.get_session(source, revision=revision)
+    assert "linger a while" in [m["content"] for m in history(then)]
+    fork = client.fork_session(source, revision, uid("fork"))
+    client.send_message(source, "what is 2+2?", user_id=user, multitask_strategy="rollback")
+    now = client.wait_for_idle(source, timeout=60)
+    assert "linger a while" not in [m["content"] for m in history(now)]
+    assert history(client.get_session(fork)) == history(then)
