@@ -12,7 +12,7 @@ from config.settings import Settings
 TASK_MODULES = ["tasks.worker.phases", "tasks.worker.steps", "tasks.worker.maintenance"]
 # Bare tasks to measure against; off in production (they bump counters on request).
 BASELINE_MODULES = ["tasks.worker.baseline"]
-# Events and revision records past AGENTSTATE_EVENTS_RETAIN_DAYS go in hourly batches.
+# Retention (events, revisions, sessions, workflows) runs hourly, each run to completion.
 PRUNE_INTERVAL_S = 3600.0
 
 

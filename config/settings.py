@@ -155,6 +155,19 @@ class Settings(BaseSettings):
     events_retain_days: float = Field(30.0, gt=0)
     """Days events and revision records are kept (beat prunes older ones; a session's current state
     is kept)."""
+    sessions_retain_days: float | None = Field(
+        None,
+        gt=0,
+        description="Days a resting session may stay untouched before retention deletes it "
+        "with everything of it (history, inbox, events, revisions, its workflows and "
+        "approvals); fractions allowed; unset: sessions are kept.",
+    )
+    workflows_retain_days: float | None = Field(
+        None,
+        gt=0,
+        description="Days a finished workflow is kept (with its steps and its decided "
+        "approvals) before retention deletes it; fractions allowed; unset: kept.",
+    )
     max_event_bytes: int = Field(16384, ge=64)
     """Largest `data` of an event a handler emits."""
     max_events_per_phase: int = Field(100, ge=1)
@@ -226,6 +239,12 @@ class Settings(BaseSettings):
         if not value.strip():
             raise ValueError("must not be empty")
         return value.strip()
+
+    @field_validator("sessions_retain_days", "workflows_retain_days", mode="before")
+    @classmethod
+    def _off_when_blank(cls, value: object) -> object:
+        # An empty variable (AGENTSTATE_SESSIONS_RETAIN_DAYS=) turns retention off.
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("redis_url", "broker_url", "database_url")
     @classmethod
@@ -363,5 +382,7 @@ def child_environment(settings: Settings) -> dict[str, str]:
     if settings.redis_url_file and not settings.broker_url_file:
         values.pop("broker_url", None)  # it defaulted to the Redis URL: it will again
     for name, value in values.items():
-        env[f"AGENTSTATE_{name.upper()}"] = str(getattr(value, "value", value))
+        # An unset optional setting stays unset (empty), not the text "None".
+        shown = "" if value is None else str(getattr(value, "value", value))
+        env[f"AGENTSTATE_{name.upper()}"] = shown
     return env

@@ -320,7 +320,8 @@ class DistributedStateSync:
         published = False
         try:
             snapshot = self.store.load_from_database(session_id) or _unsaved(session_id)
-            history = self.store.history(session_id) if snapshot.revision else []
+            # (A fork starts at revision 0 with a history: count messages, not revisions.)
+            history = self.store.history(session_id) if snapshot.message_count else []
             current = full_document(snapshot, history)
             proposed = update_fn(copy.deepcopy(current))
             change = _change_from(current, current if proposed is None else proposed)

@@ -92,11 +92,15 @@ class PersistentStateManager:
             row = users.read_row(conn, user_id, for_update=True)
             if row is None:
                 return {}
-            raw, revision = row
+            raw, read_revision = row
             try:
                 doc, revision = self._upgrade_in_place(
-                    conn, user_id, decode_document(raw), revision
+                    conn, user_id, decode_document(raw), read_revision
                 )
+                if revision == read_revision:
+                    # Cached while the row is still locked: an erasure of the user waits
+                    # for the lock, then deletes the key after this write, never before.
+                    self.backend.cache.put(keys.user_state_cache(user_id), revision, doc)
             except CorruptStateError as exc:
                 users.quarantine_row(conn, user_id, raw, str(exc))
                 corrupt = exc
@@ -106,7 +110,8 @@ class PersistentStateManager:
                 f"user {user_id}: stored state was unreadable ({corrupt}); it was "
                 "quarantined and the user starts empty"
             )
-        self.backend.cache.put(keys.user_state_cache(user_id), revision, doc)
+        if revision != read_revision:  # migrated and written back: cached once committed
+            self.backend.cache.put(keys.user_state_cache(user_id), revision, doc)
         return doc
 
     def _upgrade_in_place(

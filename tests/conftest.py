@@ -147,8 +147,6 @@ def _missing_features() -> dict[str, str]:
     missing = {}
     if "user_id" not in inspect.signature(AgentClient.cancel_turn).parameters:
         missing["needs_tenancy"] = "AgentClient writes take no user_id= yet (tenancy)"
-    if not hasattr(AgentClient, "erase_user"):
-        missing["needs_lifecycle"] = "AgentClient.erase_user is not merged yet (lifecycle)"
     if not hasattr(tasks.client, "AsyncAgentClient"):
         missing["needs_async_client"] = "tasks.client.AsyncAgentClient is not merged yet"
     return missing

@@ -73,6 +73,16 @@ def test_our_rows_with_targets_run_and_give_finite_figures(bench_target: None) -
     assert text.count("\n| ") == len(table) + 1  # the header and one line per row
 
 
+def test_the_prune_row_runs(bench_target: None) -> None:
+    table, notes = run("prune")
+    finite(table)
+    assert [row.name for row in table] == [
+        "prune rows/s (one run to completion)",
+        "turn latency p99 every_phase, pruning vs not",
+    ]
+    assert table[0].verdict in {"met", "missed"} and notes
+
+
 def test_the_event_log_rows_run(bench_target: None) -> None:
     table, _ = run("push", "eventlog", "turncost", "storage")
     finite(table[:-1])

@@ -188,14 +188,25 @@ class EventFeed:
 
     # -- revisions -------------------------------------------------------------
 
-    def revisions(self, session_id: str) -> list[Document]:
-        """``{revision, phase, trigger, at}`` of each kept revision, oldest first."""
+    def revisions(
+        self, session_id: str, after: int = 0, limit: int | None = None
+    ) -> list[Document]:
+        """``{revision, phase, trigger, at}`` of each kept revision above ``after`` (at
+        most ``limit``), oldest first."""
         with read_connection(self.engine) as conn:
-            return listing(conn, session_id)
+            return listing(conn, session_id, after, limit)
 
-    def session_at(self, store: SessionStore, session_id: str, revision: int) -> Document:
+    def session_at(
+        self,
+        store: SessionStore,
+        session_id: str,
+        revision: int,
+        history_limit: int | None = None,
+        before_seq: int | None = None,
+    ) -> Document:
         """The session as it was when ``revision`` was committed: its document, its history
-        up to then and how many messages were queued then."""
+        up to then (paged as the present is: the newest ``history_limit`` items before
+        ``before_seq``) and how many messages were queued then."""
         found = self.owner(session_id)
         if found is None:
             raise unknown(session_id)
@@ -221,7 +232,9 @@ class EventFeed:
             doc=_current_schema(past.doc),
             message_count=past.message_count,
         )
-        doc = full_document(snapshot, store.history(session_id, before_seq=past.message_count))
+        end = past.message_count if before_seq is None else min(before_seq, past.message_count)
+        page = store.history(session_id, last=history_limit, before_seq=end)
+        doc = full_document(snapshot, page)
         doc["queued"] = queued
         return doc
 

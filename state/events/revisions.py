@@ -244,13 +244,20 @@ def record_bulk(conn: Connection, rows: Sequence[Any], trigger: str) -> None:
     )
 
 
-def listing(conn: Connection, session_id: str) -> list[Document]:
-    """The session's kept revisions, oldest first: ``{revision, phase, trigger, at}``."""
-    rows = conn.execute(
+def listing(
+    conn: Connection, session_id: str, after: int = 0, limit: int | None = None
+) -> list[Document]:
+    """The session's kept revisions, oldest first: ``{revision, phase, trigger, at}``;
+    only those above ``after`` (revision 0 too when ``after`` is 0), at most ``limit``. A
+    page is one range read of the primary key."""
+    query = (
         select(revisions.c.revision, revisions.c.phase, revisions.c.trigger, revisions.c.at)
         .where(revisions.c.session_id == session_id)
         .order_by(revisions.c.revision)
     )
+    if after:
+        query = query.where(revisions.c.revision > after)
+    rows = conn.execute(query if limit is None else query.limit(limit))
     return [
         {"revision": int(r.revision), "phase": r.phase, "trigger": r.trigger, "at": iso(r.at)}
         for r in rows

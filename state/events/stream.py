@@ -114,6 +114,14 @@ class TokenStream:
         except redis.RedisError as exc:
             logger.debug("chunks of %s kept until they expire: %s", session_id, exc)
 
+    def forget(self, session_id: str) -> None:
+        """Drop whatever chunks are stored for the session (it is gone: erased or pruned
+        while a handler was still streaming)."""
+        try:
+            self.redis.delete(*self._keys(session_id))
+        except redis.RedisError as exc:
+            logger.debug("chunks of %s kept until they expire: %s", session_id, exc)
+
     def stored(self, session_id: str) -> StoredChunks | None:
         """The chunks stored for the message being answered (None: none, or Redis away)."""
         try:

@@ -34,6 +34,7 @@ from state.machine import Phase
 from state.migrate import StateMigrator
 from state.session import SessionState, SessionStatus, make_message
 from state.sessions import inbox as inbox_rows
+from state.sessions.history import read_history
 from state.sessions.rows import (
     full_document,
     guarded_update,
@@ -54,7 +55,7 @@ from state.storage import keys
 from state.storage.cache import CachedEntry, StateCache
 from state.storage.db import is_postgres, read_connection
 from state.storage.prepared import PREPARED, Statements
-from state.storage.tables import inbox, messages, sessions
+from state.storage.tables import inbox, sessions
 
 logger = logging.getLogger(__name__)
 
@@ -253,33 +254,10 @@ class SessionStore:
     ) -> list[Document]:
         """The message history in order, each item with its ``seq`` (only the ``last`` n
         items, and only those before ``before_seq``, if given). A page is one range read
-        of the (session_id, seq) unique index, so it costs its size, not the history's."""
-        query = select(
-            messages.c.role,
-            messages.c.content,
-            messages.c.timestamp,
-            messages.c["metadata"],
-            messages.c.seq,
-        ).where(messages.c.session_id == session_id)
-        if before_seq is not None:
-            query = query.where(messages.c.seq < before_seq)
-        if last is not None:
-            query = query.order_by(messages.c.seq.desc()).limit(last)
-        else:
-            query = query.order_by(messages.c.seq)
+        of the (session_id, seq) unique index, so it costs its size, not the history's; a
+        fork's reads its source's rows up to the fork point (``state.sessions.history``)."""
         with read_connection(self.engine) as conn:
-            rows = conn.execute(query).all()
-        items = [
-            {
-                "role": r[0],
-                "content": r[1],
-                "timestamp": r[2],
-                "metadata": codec.loads(r[3]),
-                "seq": int(r[4]),
-            }
-            for r in rows
-        ]
-        return items[::-1] if last is not None else items
+            return read_history(conn, session_id, last, before_seq)
 
     def document(
         self,
@@ -291,8 +269,8 @@ class SessionStore:
     ) -> Document | None:
         """The state document with its history (or a page of it, see :meth:`history`),
         JSON-ready; None if unknown, or if ``user_id`` is given and not the session's."""
-        _check_page_argument("history_limit", history_limit)
-        _check_page_argument("before_seq", before_seq)
+        check_page_argument("history_limit", history_limit)
+        check_page_argument("before_seq", before_seq)
         snapshot = self.load_from_database(session_id)
         if snapshot is None or (user_id is not None and snapshot.user_id != user_id):
             return None
@@ -407,7 +385,8 @@ def after(snapshot: Snapshot, change: SessionChange) -> Snapshot:
     )
 
 
-def _check_page_argument(name: str, value: object) -> None:
+def check_page_argument(name: str, value: object) -> None:
+    """BadInputError unless ``value`` is None or a whole number >= 0 (a paging argument)."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
         raise BadInputError(f"{name} must be a whole number, 0 or more; got {value!r:.40}")
 

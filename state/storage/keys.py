@@ -6,6 +6,8 @@ the lock and the cache together also work on Redis Cluster. Ids never contain br
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 PREFIX = "agentstate"
 
 
@@ -64,6 +66,41 @@ def baseline_counter(name: str) -> str:
 def workers_database(queue: str) -> str:
     """Which database the workers serving ``queue`` last started with (apps compare)."""
     return f"{PREFIX}:queue:{queue}:database"
+
+
+def owned(
+    session_ids: Iterable[str] = (), user_id: str | None = None, workflow_ids: Iterable[str] = ()
+) -> list[str]:
+    """Every key that names one of these sessions, this user or these workflows (what
+    erasing them deletes). A new key naming a session, user or workflow must be listed
+    here, or erasure leaves it behind (the lifecycle tests scan with :func:`owner_of`)."""
+    found: list[str] = []
+    for session_id in session_ids:
+        found += [
+            session_lock(session_id),
+            session_cache(session_id),
+            session_stream(session_id),
+            session_chunks(session_id),
+        ]
+    if user_id is not None:
+        found.append(user_state_cache(user_id))
+    # A workflow names only a pub/sub channel (workflow_events), which is not a key.
+    del workflow_ids
+    return found
+
+
+def owner_of(key: str) -> tuple[str, str] | None:
+    """``(kind, id)`` of the session, user or workflow ``key`` names (kind ``"session"``,
+    ``"user"`` or ``"workflow"``), or None for a key that names none."""
+    head, _, rest = key.partition(":{")
+    kind = head.removeprefix(f"{PREFIX}:")
+    if not rest or head == kind or kind not in _OWNER_KINDS:
+        return None
+    owner, closed, _ = rest.partition("}")
+    return (kind, owner) if closed else None
+
+
+_OWNER_KINDS = frozenset({"session", "user", "workflow"})
 
 
 def everything() -> str:

@@ -102,9 +102,14 @@ class SessionRow(Base):
     recoveries: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    # A fork shares its source's history: its history is the first ``prefix_count``
+    # messages of ``prefix_session_id`` (read, not copied), then its own (migration 0015).
+    prefix_session_id: Mapped[str | None] = mapped_column(ID)  # ix_sessions_prefix
+    prefix_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
 
     __table_args__ = (
         Index("ix_sessions_phase_updated", "phase", "updated_at"),
+        Index("ix_sessions_prefix", "prefix_session_id"),
         # list_sessions pages newest first, optionally by user or phase.
         Index("ix_sessions_created", "created_at", "session_id"),
         Index("ix_sessions_user_created", "user_id", "created_at", "session_id"),
@@ -191,6 +196,8 @@ class WorkflowRow(Base):
         Index("ix_workflows_session_created", "session_id", "created_at", "workflow_id"),
         Index("ix_workflows_user_created", "user_id", "created_at", "workflow_id"),
         Index("ix_workflows_status_created", "status", "created_at", "workflow_id"),
+        # Retention's scan for workflows finished long ago (migration 0015).
+        Index("ix_workflows_finished", "finished_at"),
     )
 
 
@@ -326,6 +333,7 @@ class ApprovalRow(Base):
         Index("ix_approvals_decision_expires", "decision", "expires_at"),
         Index("ix_approvals_workflow_step", "workflow_id", "step_id"),
         Index("ix_approvals_session", "session_id"),
+        Index("ix_approvals_decided", "decided_at"),
     )
 
 

@@ -40,6 +40,7 @@ from state.documents.codec import Document
 from state.errors import InvalidPayloadError, SessionBusyError, SessionOwnershipError
 from state.events import log
 from state.events.revisions import at_revision
+from state.lifecycle.rows import detach_forks
 from state.machine import RESTING_PHASES, Phase
 from state.migrate import StateMigrator
 from state.sessions import inbox as inbox_rows
@@ -225,6 +226,8 @@ def _names(data: object, message_id: object) -> bool:
 
 def _forget_history(session_id: str, first_seq: int) -> TransactionOp:
     def forget(conn: Connection) -> None:
+        # A fork made mid-turn shares the rows about to go: it keeps its own copy.
+        detach_forks(conn, session_id, first_seq)
         conn.execute(
             delete(messages).where(messages.c.session_id == session_id, messages.c.seq >= first_seq)
         )

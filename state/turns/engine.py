@@ -163,6 +163,8 @@ class TurnEngine:
             snap, from_cache = self._load(delivery, first)
             if snap is None:
                 held.outcome.status = "unknown-session"
+                # Erased while a handler streamed: its late chunks must not outlive it.
+                self.services.tokens.forget(delivery.session_id)
                 return None
             if not self._due(delivery, snap):
                 if delivery.task_id is not None and snap.last_task_id == delivery.task_id:

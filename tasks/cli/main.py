@@ -46,6 +46,7 @@ from state.turns.double_texting import MultitaskStrategy
 from tasks.cli import progress
 from tasks.cli.approval import add_approval
 from tasks.cli.control import add_session_control, add_workflow_control
+from tasks.cli.lifecycle import add_prune, add_user_erase
 from tasks.cli.outcome import report_turn
 from tasks.cli.serve import add_serve
 from tasks.cli.support import (
@@ -129,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_approval(sub)
     add_serve(sub)
     command(sub, "recover", cmd_recover, "run one recovery sweep (what beat runs periodically)")
+    add_prune(sub)
     migrate = command(sub, "migrate", cmd_migrate, "migrate all stored state to this version")
     migrate.add_argument("--dry-run", action="store_true", help="count, change nothing")
     migrate.add_argument("--batch", type=int, default=200, help="rows per batch (200)")
@@ -187,12 +189,13 @@ def _add_session(sub: Any) -> None:
 
 
 def _add_user(sub: Any) -> None:
-    user = group(sub, "user", "inspect users' persistent state")
+    user = group(sub, "user", "inspect users' persistent state, erase users")
     user_sub = user.add_subparsers(metavar="ACTION")
     show = command(
         user_sub, "show", cmd_user_show, "show a user's persistent state ({} if none yet)"
     )
     show.add_argument("user_id", metavar="USER_ID")
+    add_user_erase(user_sub)
 
 
 _FAILED_EXITS_1 = "exits 1 if the workflow failed (after printing it)"

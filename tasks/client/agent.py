@@ -40,6 +40,7 @@ from tasks.app import app as default_app
 from tasks.app import make_app
 from tasks.client.approvals import ApprovalControl
 from tasks.client.control import checked_message
+from tasks.client.lifecycle import Lifecycle
 from tasks.client.reads import SessionReads, finished_workflow
 from tasks.client.timeline import Timeline
 from tasks.dispatch.dispatcher import CeleryDispatcher
@@ -47,12 +48,13 @@ from tasks.dispatch.dispatcher import CeleryDispatcher
 logger = logging.getLogger(__name__)
 
 
-class AgentClient(ApprovalControl, Timeline):
+class AgentClient(ApprovalControl, Timeline, Lifecycle):
     """What an app (web handler, script, notebook) uses to talk to agentstate.
 
     Run control (cancel, retry, listing) comes from ``tasks.client.control.RunControl``, with
     approvals and decisions on top of it from ``tasks.client.approvals.ApprovalControl``;
-    events, revisions and forks from ``tasks.client.timeline.Timeline``.
+    events, revisions and forks from ``tasks.client.timeline.Timeline``; erasure from
+    ``tasks.client.lifecycle.Lifecycle``.
     """
 
     def __init__(self, settings: Settings | None = None) -> None:

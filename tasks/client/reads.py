@@ -11,7 +11,7 @@ from state.errors import NotFoundError
 from state.events.feed import EventFeed, whole_number
 from state.machine import WAITING_PHASES
 from state.sessions.inbox import Inbox
-from state.sessions.store import SessionStore
+from state.sessions.store import SessionStore, check_page_argument
 from state.workflows.reads import WorkflowReads
 
 
@@ -32,13 +32,17 @@ class SessionReads:
         revision: int | None,
     ) -> Document | None:
         """``AgentClient.get_session`` (its arguments checked by the caller)."""
+        check_page_argument("history_limit", history_limit)
+        check_page_argument("before_seq", before_seq)
         if revision is not None:
             whole_number(revision, "revision")
             found = self.feed.owner(session_id)
             if found is None or (user_id is not None and found[0] != user_id):
                 return None
             if found[1] != revision:
-                return self.feed.session_at(self.sessions, session_id, revision)
+                return self.feed.session_at(
+                    self.sessions, session_id, revision, history_limit, before_seq
+                )
         doc = self.sessions.document(
             session_id, user_id=user_id, history_limit=history_limit, before_seq=before_seq
         )
@@ -46,7 +50,9 @@ class SessionReads:
             doc["queued"] = self.inbox.queued_count(session_id)
         if doc is not None and revision is not None and doc["revision"] != revision:
             # It moved on while we read: read that revision from the record instead.
-            return self.feed.session_at(self.sessions, session_id, revision)
+            return self.feed.session_at(
+                self.sessions, session_id, revision, history_limit, before_seq
+            )
         return doc
 
     def rested(

@@ -17,6 +17,7 @@ from state.errors import InvalidPayloadError
 from state.events.feed import EventFeed, whole_number
 from state.events.fork import fork_session
 from state.ids import validate_id
+from state.paging import check_limit
 from state.storage.backend import Backend
 
 
@@ -63,18 +64,28 @@ class Timeline:
         self.feed.require(session_id, user_id)
         return self.feed.events(session_id, after, follow, timeout, tokens)
 
-    def revisions(self, session_id: str, user_id: str | None = None) -> list[Document]:
-        """``{revision, phase, trigger, at}`` of each kept revision, oldest first.
+    def revisions(
+        self,
+        session_id: str,
+        user_id: str | None = None,
+        after: int | None = 0,
+        limit: int | None = 1000,
+    ) -> list[Document]:
+        """``{revision, phase, trigger, at}`` of the kept revisions above ``after``, oldest
+        first, at most ``limit`` (1 to 1000): the next page is ``after=`` the last one's
+        ``revision``. None stands for the default (as AsyncAgentClient passes it on).
 
         ``trigger`` names what made the revision: the FSM triggers its commit fired
         (``"receive_input+intent_clear"``), or ``created``, ``fork``, ``expire``,
         ``wait_for_workflow``, ``quarantine``, ``update``.
         """
         validate_id(session_id, "session")
+        after = whole_number(0 if after is None else after, "after")
+        limit = check_limit(1000 if limit is None else limit)
         if user_id is not None:
             validate_id(user_id, "user")
         self.feed.require(session_id, user_id)
-        return self.feed.revisions(session_id)
+        return self.feed.revisions(session_id, after, limit)
 
     def fork_session(
         self, session_id: str, revision: int, new_session_id: str, user_id: str | None = None

@@ -1,5 +1,5 @@
 """Periodic tasks run by ``celery -A tasks beat``: the recovery sweep, session expiry,
-approval expiry and the event log's retention."""
+approval expiry and retention (events, revisions, sessions, workflows)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from state.clock import utcnow
-from state.events.retention import prune
+from state.lifecycle.retention import prune_all
 from state.recovery.queries import expire_idle_sessions
 from tasks.app import app
 from tasks.worker.base import AgentStateTask, stale_result
@@ -39,11 +39,14 @@ def expire_idle(self: AgentStateTask) -> Any:
 
 @app.task(name=PRUNE_TASK, base=AgentStateTask, bind=True)
 def prune_events(self: AgentStateTask) -> Any:
-    """Delete events and revision records older than AGENTSTATE_EVENTS_RETAIN_DAYS (in
-    batches; a session's current state is kept)."""
+    """Retention (``state.lifecycle.retention``): events and revision records past
+    AGENTSTATE_EVENTS_RETAIN_DAYS, sessions and workflows past theirs, all that is due, in
+    short batches (a session's current state is kept)."""
     rt = runtime()
-    cutoff = utcnow() - timedelta(days=rt.backend.settings.events_retain_days)
-    return self.attempt(lambda: prune(rt.backend.engine, cutoff).as_dict(), stale_result())
+    return self.attempt(
+        lambda: prune_all(rt.backend.engine, rt.backend.redis, rt.backend.settings),
+        stale_result(),
+    )
 
 
 @app.task(name=EXPIRE_APPROVALS_TASK, base=AgentStateTask, bind=True)

@@ -320,7 +320,6 @@ def test_an_approval_is_decided_once_over_http_and_the_turn_goes_on(api: Api) ->
 # -- erasure -------------------------------------------------------------------------
 
 
-@pytest.mark.needs_lifecycle
 def test_erasure_is_for_the_operator_key_only(api: Api, agent: AgentClient) -> None:
     user = uid("gone")
     operator = api.client("*")

@@ -70,6 +70,5 @@ def test_no_generated_request_gets_a_5xx_or_an_undocumented_answer(
     schemathesis(api, tmp_path, f"--exclude-path={ERASURE}")
 
 
-@pytest.mark.needs_lifecycle
 def test_erasure_under_generated_requests(api: Api, tmp_path: Path) -> None:
     schemathesis(api, tmp_path, f"--include-path={ERASURE}")

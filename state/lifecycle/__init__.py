@@ -1,0 +1,1 @@
+"""The data lifecycle: erasing a user (``erase``) and retention (``retention``)."""

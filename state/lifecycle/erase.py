@@ -1,0 +1,119 @@
+"""Erasing a user: every row and every Redis key of the user, their sessions (forks
+included: a fork belongs to its source's user) and their workflows.
+
+Rows go in short transactions of a few sessions each (``rows.delete_sessions``), so a user
+with many sessions never holds locks for long; erasing again finds nothing and deletes
+nothing. A turn in flight cannot write anything back: its commit is a guarded update of
+the session row, which is gone, so its whole transaction rolls back. Its Redis writes
+happen only after a commit, or after a read that preceded the erasure; the keys are
+deleted once the rows are gone and once more after ``GRACE_S``, for a cache write that
+was already on its way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from functools import partial
+
+import redis
+from sqlalchemy import Connection, Engine, delete, select
+
+from state.ids import validate_id
+from state.lifecycle.rows import delete_sessions, delete_workflows, in_batch, keyed_by, kind_of
+from state.storage import keys
+from state.storage.tables import quarantine, sessions, workflows
+
+BATCH = 50
+# Longer than a commit's way from the database to its cache write (milliseconds).
+GRACE_S = 0.25
+KINDS = (
+    "sessions",
+    "messages",
+    "inbox",
+    "events",
+    "revisions",
+    "approvals",
+    "workflows",
+    "steps",
+    "user_state",
+    "quarantine",
+    "redis_keys",
+)
+
+
+def erase_user(engine: Engine, client: redis.Redis, user_id: str) -> dict[str, int]:
+    """Delete everything of ``user_id``; returns the rows (and Redis keys) deleted per
+    kind, every kind present (all zero when there was nothing left)."""
+    validate_id(user_id, "user")
+    counts: Counter[str] = Counter()
+    owned: list[str] = keys.owned(user_id=user_id)
+    while True:
+        found, gone, deleted = in_batch(engine, partial(_sessions_batch, user_id=user_id))
+        counts.update(deleted)
+        owned += keys.owned(session_ids=gone)
+        if not found:
+            break
+    while True:  # the user's workflows of no session
+        deleted = in_batch(engine, partial(_workflows_batch, user_id=user_id))
+        counts.update(deleted)
+        if not deleted:
+            break
+    counts.update(in_batch(engine, partial(_user_rows, user_id=user_id)))
+    counts["redis_keys"] += drop_keys(client, owned)
+    if any(counts.values()):  # something was there: a late cache write may be on its way
+        time.sleep(GRACE_S)
+        counts["redis_keys"] += drop_keys(client, owned)
+    return {kind: int(counts[kind]) for kind in (*KINDS, *sorted(set(counts) - set(KINDS)))}
+
+
+def _sessions_batch(conn: Connection, user_id: str) -> tuple[bool, list[str], Counter[str]]:
+    """(whether any session of the user was left, those deleted, rows deleted per kind)"""
+    batch = [
+        str(r[0])
+        for r in conn.execute(
+            select(sessions.c.session_id)
+            .where(sessions.c.user_id == user_id)
+            .order_by(sessions.c.session_id)
+            .limit(BATCH)
+        )
+    ]
+    gone, deleted, _ = delete_sessions(conn, batch, forks_too=True)
+    return bool(batch), gone, deleted
+
+
+def _workflows_batch(conn: Connection, user_id: str) -> Counter[str]:
+    batch = [
+        str(r[0])
+        for r in conn.execute(
+            select(workflows.c.workflow_id)
+            .where(workflows.c.user_id == user_id)
+            .order_by(workflows.c.workflow_id)
+            .limit(BATCH)
+        )
+    ]
+    return delete_workflows(conn, batch)
+
+
+def _user_rows(conn: Connection, user_id: str) -> Counter[str]:
+    """Approvals, user state: whatever else names the user."""
+    counts: Counter[str] = Counter()
+    for table in keyed_by("user_id"):
+        counts[kind_of(table)] += conn.execute(
+            delete(table).where(table.c.user_id == user_id)
+        ).rowcount
+    counts["quarantine"] += conn.execute(
+        delete(quarantine).where(quarantine.c.kind == "user_state", quarantine.c.key == user_id)
+    ).rowcount
+    return counts
+
+
+def drop_keys(client: redis.Redis, names: list[str], chunk: int = 500) -> int:
+    """Delete ``names`` (one command per key: on Redis Cluster they live on many slots)."""
+    deleted = 0
+    for start in range(0, len(names), chunk):
+        with client.pipeline(transaction=False) as pipe:
+            for name in names[start : start + chunk]:
+                pipe.delete(name)
+            deleted += sum(int(n) for n in pipe.execute())
+    return deleted

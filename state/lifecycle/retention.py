@@ -1,0 +1,133 @@
+"""Retention: one run deletes everything due, in short batches, until nothing is due.
+
+- events and revision records older than AGENTSTATE_EVENTS_RETAIN_DAYS (a revision is
+  kept while a kept revision is recorded as a change to it: ``state.events.retention``);
+- with AGENTSTATE_SESSIONS_RETAIN_DAYS, a session resting (or ended) and untouched that
+  long, with nothing queued, and everything of it (``rows.delete_sessions``);
+- with AGENTSTATE_WORKFLOWS_RETAIN_DAYS, a workflow finished that long ago with its steps
+  and approvals, and decided approvals of sessions that old.
+
+There is no cap per run: a cap lets a backlog grow without bound once turns write faster
+than one capped run a period deletes. Each batch is its own short transaction (locks are
+held for one batch only, so turns are not stalled), committed without waiting for the
+WAL flush on Postgres: a delete lost in a crash is simply due again next run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timedelta
+
+import redis
+from sqlalchemy import Connection, Delete, Engine, delete, exists, select
+
+from config import Settings
+from state.clock import utcnow
+from state.events.retention import _old_events, _old_revisions
+from state.lifecycle.erase import drop_keys
+from state.lifecycle.rows import delete_sessions, delete_workflows, in_batch
+from state.machine import WAITING_PHASES, Phase
+from state.storage import keys
+from state.storage.tables import approvals, inbox, sessions, workflows
+
+EVENT_BATCH = 5000
+SESSION_BATCH = 100
+WORKFLOW_BATCH = 500
+DELETABLE_PHASES = sorted({*WAITING_PHASES, Phase.TIMEOUT, Phase.ERROR})
+FINISHED = ("success", "failed", "cancelled")
+KINDS = (
+    "sessions",
+    "messages",
+    "inbox",
+    "events",
+    "revisions",
+    "approvals",
+    "workflows",
+    "steps",
+    "quarantine",
+    "redis_keys",
+)
+
+
+def prune_all(
+    engine: Engine, client: redis.Redis, settings: Settings, now: datetime | None = None
+) -> dict[str, int]:
+    """Delete all that is due now; rows (and Redis keys) deleted per kind."""
+    now = now or utcnow()
+    counts: Counter[str] = Counter()
+    if settings.sessions_retain_days is not None:
+        cutoff = now - timedelta(days=settings.sessions_retain_days)
+        counts.update(_prune_sessions(engine, client, cutoff))
+    if settings.workflows_retain_days is not None:
+        cutoff = now - timedelta(days=settings.workflows_retain_days)
+        counts.update(_prune_workflows(engine, cutoff))
+    cutoff = now - timedelta(days=settings.events_retain_days)
+    counts["events"] += _until_done(engine, _old_events(cutoff, EVENT_BATCH), EVENT_BATCH)
+    counts["revisions"] += _until_done(engine, _old_revisions(cutoff, EVENT_BATCH), EVENT_BATCH)
+    return {kind: int(counts[kind]) for kind in (*KINDS, *sorted(set(counts) - set(KINDS)))}
+
+
+def _prune_sessions(engine: Engine, client: redis.Redis, cutoff: datetime) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    queued = exists().where(inbox.c.session_id == sessions.c.session_id, inbox.c.state == "queued")
+    # Checked again under the row lock when deleting: a session touched meanwhile stays.
+    due = sessions.c.phase.in_(DELETABLE_PHASES) & (sessions.c.updated_at < cutoff) & ~queued
+    after = ""
+
+    def one_batch(conn: Connection) -> tuple[list[str], list[str], Counter[str]]:
+        batch = [
+            str(r[0])
+            for r in conn.execute(
+                select(sessions.c.session_id)
+                .where(due, sessions.c.session_id > after)
+                .order_by(sessions.c.session_id)
+                .limit(SESSION_BATCH)
+            )
+        ]
+        gone, deleted, _ = delete_sessions(conn, batch, due)
+        return batch, gone, deleted
+
+    while True:
+        batch, gone, deleted = in_batch(engine, one_batch, quick_commit=True)
+        counts.update(deleted)
+        counts["redis_keys"] += drop_keys(client, keys.owned(session_ids=gone))
+        if len(batch) < SESSION_BATCH:
+            return counts
+        after = batch[-1]
+
+
+def _prune_workflows(engine: Engine, cutoff: datetime) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    due = workflows.c.status.in_(FINISHED) & (workflows.c.finished_at < cutoff)
+
+    def one_batch(conn: Connection) -> tuple[int, Counter[str]]:
+        batch = [
+            str(r[0])
+            for r in conn.execute(select(workflows.c.workflow_id).where(due).limit(WORKFLOW_BATCH))
+        ]
+        return len(batch), delete_workflows(conn, batch)
+
+    while True:
+        found, deleted = in_batch(engine, one_batch, quick_commit=True)
+        counts.update(deleted)
+        if found < WORKFLOW_BATCH:
+            break
+    decided = approvals.c.decision.is_not(None) & (approvals.c.decided_at < cutoff)
+    victims = select(approvals.c.approval_id).where(decided).limit(WORKFLOW_BATCH)
+    counts["approvals"] += _until_done(
+        engine,
+        delete(approvals).where(approvals.c.approval_id.in_(victims.scalar_subquery())),
+        WORKFLOW_BATCH,
+    )
+    return counts
+
+
+def _until_done(engine: Engine, statement: Delete, batch: int) -> int:
+    total = 0
+    while True:
+        deleted = in_batch(
+            engine, lambda conn: int(conn.execute(statement).rowcount), quick_commit=True
+        )
+        total += deleted
+        if deleted < batch:
+            return total
