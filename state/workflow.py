@@ -337,6 +337,16 @@ def _optional_id(spec: dict[str, Any], key: str) -> str | None:
         raise WorkflowSpecError(str(exc)) from exc
 
 
+STEP_KEY_SEPARATOR = ":"
+
+
+def step_key(workflow_id: str, step_id: str) -> str:
+    """The step's idempotency key, ``"{workflow_id}:{step_id}"``: the same for every
+    delivery and retry of it, and one step's only (a step id has no ':', so the key
+    splits at its last ':' one way)."""
+    return f"{workflow_id}{STEP_KEY_SEPARATOR}{step_id}"
+
+
 def _parse_step(
     raw: object, index: int, actions: set[str] | None, max_io_bytes: int
 ) -> WorkflowStep:
@@ -347,6 +357,9 @@ def _parse_step(
         step_id = validate_id(raw.get("step_id"), "step")
     except InvalidIdError as exc:
         raise WorkflowSpecError(f"{where}: {exc}") from exc
+    if STEP_KEY_SEPARATOR in step_id:
+        # Workflow ids may hold ':', so only a ':'-free step id makes step_key one-to-one.
+        raise WorkflowSpecError(f"{where}: step id {step_id!r} may not contain ':'")
     where = f"step {step_id!r}"
     _check_keys(raw, STEP_KEYS, where)
     _check_timing(raw, where)
