@@ -7,9 +7,11 @@ follow commit order) and inserts the message and its ``message_accepted`` event.
 statement in the same query message (one transaction, with a snapshot taken after the
 row lock) returns the phase the session is in and whether an earlier message of the
 session still waits: then that message's kick is on its way, and this one needs none.
-It only matches the session's own user; a new session, another user's session or an
-idempotency key take the portable path, which creates the row, refuses the caller or
-looks the key up. (The user is compared with IS NOT DISTINCT FROM, no index condition:
+It only matches the session's own user, and only while fewer than
+AGENTSTATE_MAX_QUEUED_MESSAGES wait in its inbox (counted in the same statement, at most
+that many index entries of ix_inbox_session_queued); a new session, another user's
+session, a full inbox or an idempotency key take the portable path, which creates the
+row, refuses the caller (counting again after the row lock, exactly) or looks the key up. (The user is compared with IS NOT DISTINCT FROM, no index condition:
 the row is found by its key, never by a scan of the user's sessions in
 ix_sessions_user_created, which a cached generic plan may choose.)
 """
@@ -31,6 +33,8 @@ _ACCEPT = prepared.prepare(
 WITH s AS (
   UPDATE sessions SET inbox_seq = inbox_seq + 1, event_seq = event_seq + 1
   WHERE session_id = %(session_id)s AND user_id IS NOT DISTINCT FROM %(user_id)s
+    AND (SELECT count(*) FROM (SELECT 1 FROM inbox q WHERE q.session_id = %(session_id)s
+         AND q.state = 'queued' LIMIT %(max_queued)s) w) < %(max_queued)s
   RETURNING session_id, inbox_seq, phase, revision, event_seq
 ), i AS (
   INSERT INTO inbox (message_id, session_id, seq, text, state, created_at, idempotency_key)
@@ -59,6 +63,8 @@ FROM sessions s
 WHERE s.session_id = %(session_id)s AND current_setting('agentstate.accepted', true) = '1'""",
 )
 
+_NO_QUOTA = 2**62
+
 _NEXT = prepared.prepare(
     "agentstate_next_queued",
     "SELECT message_id, seq, text, created_at FROM inbox "
@@ -70,8 +76,13 @@ class PostgresInbox(Inbox):
     """Inbox whose accept (to an existing session, without a key) and whose read of the
     next message are one prepared statement each (see the module docstring)."""
 
-    def __init__(self, engine: Engine, statements: prepared.Statements = prepared.PREPARED) -> None:
-        super().__init__(engine)
+    def __init__(
+        self,
+        engine: Engine,
+        statements: prepared.Statements = prepared.PREPARED,
+        max_queued: int | None = None,
+    ) -> None:
+        super().__init__(engine, max_queued)
         self.autocommit = autocommit_engine(engine)
         self.statements = statements
 
@@ -88,10 +99,12 @@ class PostgresInbox(Inbox):
             "message_id": message_id,
             "text": text,
             "now": now,
+            # No quota (the engine's own callers): no inbox holds this many.
+            "max_queued": self.max_queued or _NO_QUOTA,
         }
         parts = [(_ACCEPT, params), (_ACCEPTED, params)]
         row = prepared.first(self.statements.rows(self.autocommit, parts))
-        if row is None:  # a new session, or not this user's: the portable path decides
+        if row is None:  # new, not this user's, or full: the portable path decides
             return super().accept(session_id, user_id, text)
         seq, phase, revision, behind = tuple(row)
         needs_kick = owes_kick(phase, behind)

@@ -61,7 +61,9 @@ class AgentClient(ApprovalControl, Timeline):
         self.sessions = SessionStore.for_engine(
             self.backend.engine, self.backend.cache, self.backend.statements
         )
-        self.inbox = Inbox.for_engine(self.backend.engine, self.backend.statements)
+        self.inbox = Inbox.for_engine(
+            self.backend.engine, self.backend.statements, self.settings.max_queued_messages
+        )
         self.users = PersistentStateManager(
             self.backend.redis, self.backend.engine, settings=self.settings
         )
