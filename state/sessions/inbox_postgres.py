@@ -11,7 +11,8 @@ It only matches the session's own user, and only while fewer than
 AGENTSTATE_MAX_QUEUED_MESSAGES wait in its inbox (counted in the same statement, at most
 that many index entries of ix_inbox_session_queued); a new session, another user's
 session, a full inbox or an idempotency key take the portable path, which creates the
-row, refuses the caller (counting again after the row lock, exactly) or looks the key up. (The user is compared with IS NOT DISTINCT FROM, no index condition:
+row, refuses the caller (counting again after the row lock, exactly) or looks the key
+up. (The user is compared with IS NOT DISTINCT FROM, no index condition:
 the row is found by its key, never by a scan of the user's sessions in
 ix_sessions_user_created, which a cached generic plan may choose.)
 """
