@@ -130,6 +130,7 @@ class MessageRow(Base):
 
 # (A module constant: inside InboxRow, ``text`` is the column.)
 _QUEUED = text("state = 'queued'")
+_UNDECIDED = text("decision IS NULL")
 
 
 class InboxRow(Base):
@@ -326,6 +327,14 @@ class ApprovalRow(Base):
         Index("ix_approvals_decision_expires", "decision", "expires_at"),
         Index("ix_approvals_workflow_step", "workflow_id", "step_id"),
         Index("ix_approvals_session", "session_id"),
+        # A user's undecided requests, counted against AGENTSTATE_MAX_PENDING_APPROVALS.
+        Index(
+            "ix_approvals_user_pending",
+            "user_id",
+            "expires_at",
+            postgresql_where=_UNDECIDED,
+            sqlite_where=_UNDECIDED,
+        ),
     )
 
 
