@@ -139,14 +139,11 @@ def private_redis() -> Iterator[PrivateRedis]:
 
 def _missing_features() -> dict[str, str]:
     """Features other branches add to the client, by marker: what is missing here."""
-    import inspect
 
     import tasks.client
     from tasks.client import AgentClient
 
     missing = {}
-    if "user_id" not in inspect.signature(AgentClient.cancel_turn).parameters:
-        missing["needs_tenancy"] = "AgentClient writes take no user_id= yet (tenancy)"
     if not hasattr(AgentClient, "erase_user"):
         missing["needs_lifecycle"] = "AgentClient.erase_user is not merged yet (lifecycle)"
     if not hasattr(tasks.client, "AsyncAgentClient"):
