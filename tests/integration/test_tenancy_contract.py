@@ -220,8 +220,11 @@ def test_an_expired_approval_cannot_be_approved_and_is_recorded_expired(
     assert client._desk.get(approval_id) == decided
 
 
+FULLWIDTH_EXPIRED = "\uff25\uff38\uff30\uff29\uff32\uff25\uff24"
+
+
 @pytest.mark.parametrize(
-    "by", ["expired", "cancelled", "Cancelled", " skipped ", "turn ended", "\uff25\uff38\uff30\uff29\uff32\uff25\uff24"  # fullwidth EXPIRED]
+    "by", ["expired", "cancelled", "Cancelled", " skipped ", "turn ended", FULLWIDTH_EXPIRED]
 )
 def test_the_systems_by_markers_are_reserved(client: AgentClient, by: str) -> None:
     _, _, workflow_id, approval_id = alices_objects(client)
