@@ -7,6 +7,8 @@ racing expiry records exactly one outcome; the quotas refuse past them, storing 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -31,7 +33,7 @@ from tasks.client import AgentClient
 from tests.agents import LINGER_S, risky_key
 from tests.e2e.test_approvals import ask, event_kinds, remember_two, replies
 from tests.services import PrivateRedis
-from tests.support import Workers, agent_test_settings, uid
+from tests.support import REPO, Workers, agent_test_settings, settings_env, uid
 
 pytestmark = pytest.mark.workers
 
@@ -212,3 +214,18 @@ def test_an_inbox_takes_max_queued_messages_then_refuses(client: AgentClient) ->
     assert len(replies(doc)) == MAX_QUEUED + 1
     # Once its turns ran, the inbox takes messages again.
     client.send_message(session_id, "and now?", user_id=alice)
+
+
+def test_the_multi_user_example_runs(client: AgentClient, tenancy_settings: Settings) -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "multi_user.py")],
+        cwd=REPO,
+        env=settings_env(tenancy_settings),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("mallory: unknown") == 3
+    assert "alice:" in result.stdout
