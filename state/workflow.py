@@ -29,7 +29,7 @@ from state.errors import (
     UnknownActionError,
     WorkflowSpecError,
 )
-from state.ids import new_id, validate_id
+from state.ids import STEP_KEY_SEPARATOR, new_id, validate_id
 
 MAX_STEPS = 10_000
 MAX_STEP_NAME_LENGTH = 255
@@ -335,16 +335,6 @@ def _optional_id(spec: dict[str, Any], key: str) -> str | None:
         return validate_id(value, key.removesuffix("_id"))
     except InvalidIdError as exc:
         raise WorkflowSpecError(str(exc)) from exc
-
-
-STEP_KEY_SEPARATOR = ":"
-
-
-def step_key(workflow_id: str, step_id: str) -> str:
-    """The step's idempotency key, ``"{workflow_id}:{step_id}"``: the same for every
-    delivery and retry of it, and one step's only (a step id has no ':', so the key
-    splits at its last ':' one way)."""
-    return f"{workflow_id}{STEP_KEY_SEPARATOR}{step_id}"
 
 
 def _parse_step(

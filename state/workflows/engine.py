@@ -23,9 +23,10 @@ from state.errors import (
     WorkflowIdConflictError,
 )
 from state.events.push import Notifier
+from state.ids import step_key
 from state.machine import Phase
 from state.ticker import Ticker
-from state.workflow import SpecLimits, WorkflowState, parse_spec, step_key
+from state.workflow import SpecLimits, WorkflowState, parse_spec
 from state.workflows.records import ClaimedStep, Completion, Leftover, carried_step
 from state.workflows.retries import retry_delay_s, retryable
 from state.workflows.store import WorkflowStore
@@ -65,18 +66,13 @@ class WorkflowEngine:
 
     def start(self, wf: WorkflowState, user_id: str | None = None) -> str:
         """Store a validated workflow and dispatch its roots; its owner is its session's
-        user (which must be ``user_id`` if given) or ``user_id``.
-
-        The workflow id is the idempotency key: starting it again with the same spec
-        (as the same user) returns the id and runs nothing again; with another spec it is
-        refused.
-        """
+        user (which must be ``user_id`` if given) or ``user_id``. The workflow id is the
+        idempotency key: starting it again with the same spec (as the same user) returns
+        the id and runs nothing again; with another spec it is refused."""
+        quota = self.settings.max_pending_approvals
         try:
             roots = self.store.create(
-                wf,
-                self.settings.approval_ttl,
-                user_id=user_id,
-                max_pending_approvals=self.settings.max_pending_approvals,
+                wf, self.settings.approval_ttl, user_id=user_id, max_pending_approvals=quota
             )
         except IntegrityError as exc:
             same = self.store.spec_hash(wf.workflow_id) == wf.spec_hash
@@ -91,8 +87,7 @@ class WorkflowEngine:
         return wf.workflow_id
 
     def cancel(self, workflow_id: str, user_id: str | None = None) -> bool:
-        """Cancel a running workflow (one guarded commit); False if it was not running
-        (or not ``user_id``'s)."""
+        """Cancel a running workflow (one guarded commit); False if not (or not ours)."""
         finished = self.store.cancel_workflow(workflow_id, user_id)
         if finished is None:
             return False
@@ -101,13 +96,9 @@ class WorkflowEngine:
 
     def retry(self, workflow_id: str, user_id: str | None = None) -> bool:
         """Run a failed or cancelled workflow again from where it stopped; False if it
-        was neither (or not ``user_id``'s)."""
-        ready = self.store.retry_workflow(
-            workflow_id,
-            self.settings.approval_ttl,
-            user_id,
-            self.settings.max_pending_approvals,
-        )
+        was neither (or is not ``user_id``'s)."""
+        asking = (self.settings.approval_ttl, user_id, self.settings.max_pending_approvals)
+        ready = self.store.retry_workflow(workflow_id, *asking)
         if ready is None:
             return False
         self.follow(Completion(workflow_id, ready, None))

@@ -465,7 +465,7 @@ def test_step_ids_may_not_contain_a_colon(bad_id: str) -> None:
 
 
 def test_the_step_key_names_one_step() -> None:
-    from state.workflow import step_key
+    from state.ids import step_key
 
     assert step_key("p:067b40", "charge") == "p:067b40:charge"
     assert step_key("p:067b40", "charge").rsplit(":", 1) == ["p:067b40", "charge"]
