@@ -7,6 +7,7 @@ arguments out of range are bad input; an expired approval cannot be approved.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -248,3 +249,28 @@ def test_paging_arguments_out_of_range_are_bad_input(client: AgentClient, value:
     for call in calls:
         with pytest.raises(InvalidPayloadError):
             call()
+
+
+def test_racing_starts_cannot_pass_the_approvals_quota_together(pg_url: str) -> None:
+    # Postgres: each start counts under the user's advisory lock, so 8 racers asking for
+    # one approval each against a quota of 4 leave exactly 4 workflows.
+    client = AgentClient(make_settings(pg_url, queue=uid("q"), max_pending_approvals=4))
+    user, start = uid("u"), threading.Barrier(8)
+    started: list[str] = []
+    refused: list[str] = []
+
+    def race() -> None:
+        start.wait()
+        try:
+            started.append(client.start_workflow(approval_spec(), user_id=user))
+        except QuotaExceededError as exc:
+            refused.append(str(exc))
+
+    threads = [threading.Thread(target=race) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(started) == 4 and len(refused) == 4
+    assert len(client.approvals(user_id=user)) == 4
+    assert {w["workflow_id"] for w in client.list_workflows(user_id=user)["items"]} == set(started)
