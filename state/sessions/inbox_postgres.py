@@ -20,10 +20,11 @@ ix_sessions_user_created, which a cached generic plan may choose.)
 from __future__ import annotations
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import DataError
 
 from state.clock import as_utc, utcnow
 from state.ids import new_id
-from state.sessions.inbox import Inbox, owes_kick
+from state.sessions.inbox import QUEUED_SETTING, Inbox, owes_kick
 from state.sessions.snapshot import InboxItem, InboxState
 from state.storage import prepared
 from state.storage.db import autocommit_engine
@@ -53,13 +54,19 @@ SELECT set_config('agentstate.accepted', count(*)::text, true) FROM s""",
 # the accept left it, and whether an earlier message still waits for its turn (read in the
 # accept's own snapshot, a turn that started and ended that message meanwhile would look
 # as if it still waited, and this message would wait for the sweep). Nothing if the
-# accept matched no row.
+# accept matched no row. The quota is counted again here, exactly: the accept's own count
+# read its statement's snapshot, from before it waited for the row lock, so racing
+# accepts did not see each other. Past the quota the cast fails (there is no RAISE in
+# SQL), which undoes the whole message: the accept and its event with it.
 _ACCEPTED = prepared.prepare(
     "agentstate_accepted_message",
     """
 SELECT s.inbox_seq, s.phase, s.revision, EXISTS (
   SELECT 1 FROM inbox q
-  WHERE q.session_id = s.session_id AND q.state = 'queued' AND q.seq < s.inbox_seq)
+  WHERE q.session_id = s.session_id AND q.state = 'queued' AND q.seq < s.inbox_seq),
+  CAST(CASE WHEN (SELECT count(*) FROM (SELECT 1 FROM inbox w
+    WHERE w.session_id = s.session_id AND w.state = 'queued' LIMIT %(over_quota)s) c)
+    >= %(over_quota)s THEN 'AGENTSTATE_MAX_QUEUED_MESSAGES' ELSE '0' END AS integer)
 FROM sessions s
 WHERE s.session_id = %(session_id)s AND current_setting('agentstate.accepted', true) = '1'""",
 )
@@ -94,20 +101,27 @@ class PostgresInbox(Inbox):
         if idempotency_key is not None:
             return super().accept(session_id, user_id, text, idempotency_key)
         message_id, now = new_id("msg"), utcnow()
-        params = {
+        # No quota (the engine's own callers): no inbox holds this many.
+        limit = self.max_queued or _NO_QUOTA
+        params: dict[str, object] = {
             "session_id": session_id,
             "user_id": user_id,
             "message_id": message_id,
             "text": text,
             "now": now,
-            # No quota (the engine's own callers): no inbox holds this many.
-            "max_queued": self.max_queued or _NO_QUOTA,
+            "max_queued": limit,
+            "over_quota": limit + 1,  # this message is among those counted after it
         }
         parts = [(_ACCEPT, params), (_ACCEPTED, params)]
-        row = prepared.first(self.statements.rows(self.autocommit, parts))
+        try:
+            row = prepared.first(self.statements.rows(self.autocommit, parts))
+        except DataError as exc:
+            if QUEUED_SETTING not in str(exc):
+                raise
+            row = None  # a racer filled the inbox first: nothing was stored
         if row is None:  # new, not this user's, or full: the portable path decides
             return super().accept(session_id, user_id, text)
-        seq, phase, revision, behind = tuple(row)
+        seq, phase, revision, behind, _room = tuple(row)
         needs_kick = owes_kick(phase, behind)
         return InboxItem(
             message_id,

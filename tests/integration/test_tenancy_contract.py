@@ -274,3 +274,28 @@ def test_racing_starts_cannot_pass_the_approvals_quota_together(pg_url: str) -> 
     assert len(started) == 4 and len(refused) == 4
     assert len(client.approvals(user_id=user)) == 4
     assert {w["workflow_id"] for w in client.list_workflows(user_id=user)["items"]} == set(started)
+
+
+def test_racing_sends_cannot_pass_the_inbox_quota_together(pg_url: str) -> None:
+    # Postgres: the accept's own statement counts, and the row lock orders the racers.
+    client = AgentClient(make_settings(pg_url, queue=uid("q"), max_queued_messages=3))
+    session_id, user = uid("s"), uid("u")
+    client.send_message(session_id, "first", user_id=user)
+    start = threading.Barrier(8)
+    accepted: list[str] = []
+    refused: list[str] = []
+
+    def race(i: int) -> None:
+        start.wait()
+        try:
+            accepted.append(client.send_message(session_id, f"m{i}", user_id=user))
+        except QuotaExceededError as exc:
+            refused.append(str(exc))
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(accepted) == 2 and len(refused) == 6
+    assert client.get_session(session_id, history_limit=0)["queued"] == 3  # type: ignore[index]
