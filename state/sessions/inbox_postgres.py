@@ -5,14 +5,13 @@ The statement does what the portable accept does in its transaction: it takes th
 session row (bumping the inbox and event counters under its lock, so sequence numbers
 follow commit order) and inserts the message and its ``message_accepted`` event. A second
 statement in the same query message (one transaction, with a snapshot taken after the
-row lock) returns the phase the session is in and whether an earlier message of the
-session still waits: then that message's kick is on its way, and this one needs none.
-It only matches the session's own user, and only while fewer than
-AGENTSTATE_MAX_QUEUED_MESSAGES wait in its inbox (counted in the same statement, at most
-that many index entries of ix_inbox_session_queued); a new session, another user's
-session, a full inbox or an idempotency key take the portable path, which creates the
-row, refuses the caller (counting again after the row lock, exactly) or looks the key
-up. (The user is compared with IS NOT DISTINCT FROM, no index condition:
+row lock) returns the phase the session is in and how many of its messages wait (at
+most AGENTSTATE_MAX_QUEUED_MESSAGES + 1 entries of ix_inbox_session_queued): if an
+earlier one still waits, its kick is on its way and this one needs none; past the quota
+the message undoes itself (see ``_ACCEPTED``). It only matches the session's own user; a
+new session, another user's session, a full inbox or an idempotency key take the
+portable path, which creates the row, refuses the caller (the quota named) or looks the
+key up. (The user is compared with IS NOT DISTINCT FROM, no index condition:
 the row is found by its key, never by a scan of the user's sessions in
 ix_sessions_user_created, which a cached generic plan may choose.)
 """
@@ -35,8 +34,6 @@ _ACCEPT = prepared.prepare(
 WITH s AS (
   UPDATE sessions SET inbox_seq = inbox_seq + 1, event_seq = event_seq + 1
   WHERE session_id = %(session_id)s AND user_id IS NOT DISTINCT FROM %(user_id)s
-    AND (SELECT count(*) FROM (SELECT 1 FROM inbox q WHERE q.session_id = %(session_id)s
-         AND q.state = 'queued' LIMIT %(max_queued)s) w) < %(max_queued)s
   RETURNING session_id, inbox_seq, phase, revision, event_seq
 ), i AS (
   INSERT INTO inbox (message_id, session_id, seq, text, state, created_at, idempotency_key)
@@ -51,23 +48,20 @@ SELECT set_config('agentstate.accepted', count(*)::text, true) FROM s""",
 )
 
 # After the accept, under its row lock and with a snapshot of its own: the session row as
-# the accept left it, and whether an earlier message still waits for its turn (read in the
-# accept's own snapshot, a turn that started and ended that message meanwhile would look
-# as if it still waited, and this message would wait for the sweep). Nothing if the
-# accept matched no row. The quota is counted again here, exactly: the accept's own count
-# read its statement's snapshot, from before it waited for the row lock, so racing
-# accepts did not see each other. Past the quota the cast fails (there is no RAISE in
-# SQL), which undoes the whole message: the accept and its event with it.
+# the accept left it, and how many of its messages wait, this one included (read in the
+# accept's own snapshot, a turn that started and ended an earlier message meanwhile would
+# look as if it still waited, and this message would wait for the sweep; and racing
+# accepts, which waited for the row lock, would not count each other). Nothing if the
+# accept matched no row. Past AGENTSTATE_MAX_QUEUED_MESSAGES the cast fails (SQL has no
+# RAISE), which undoes the whole message: the accept and its event with it.
 _ACCEPTED = prepared.prepare(
     "agentstate_accepted_message",
     """
-SELECT s.inbox_seq, s.phase, s.revision, EXISTS (
-  SELECT 1 FROM inbox q
-  WHERE q.session_id = s.session_id AND q.state = 'queued' AND q.seq < s.inbox_seq),
-  CAST(CASE WHEN (SELECT count(*) FROM (SELECT 1 FROM inbox w
-    WHERE w.session_id = s.session_id AND w.state = 'queued' LIMIT %(over_quota)s) c)
-    >= %(over_quota)s THEN 'AGENTSTATE_MAX_QUEUED_MESSAGES' ELSE '0' END AS integer)
-FROM sessions s
+SELECT s.inbox_seq, s.phase, s.revision, w.waiting,
+  CAST(CASE WHEN w.waiting >= %(over_quota)s THEN 'AGENTSTATE_MAX_QUEUED_MESSAGES' ELSE '0' END
+    AS integer)
+FROM sessions s, LATERAL (SELECT count(*) AS waiting FROM (SELECT 1 FROM inbox q
+  WHERE q.session_id = s.session_id AND q.state = 'queued' LIMIT %(over_quota)s) c) w
 WHERE s.session_id = %(session_id)s AND current_setting('agentstate.accepted', true) = '1'""",
 )
 
@@ -109,7 +103,6 @@ class PostgresInbox(Inbox):
             "message_id": message_id,
             "text": text,
             "now": now,
-            "max_queued": limit,
             "over_quota": limit + 1,  # this message is among those counted after it
         }
         parts = [(_ACCEPT, params), (_ACCEPTED, params)]
@@ -121,8 +114,10 @@ class PostgresInbox(Inbox):
             row = None  # a racer filled the inbox first: nothing was stored
         if row is None:  # new, not this user's, or full: the portable path decides
             return super().accept(session_id, user_id, text)
-        seq, phase, revision, behind, _room = tuple(row)
-        needs_kick = owes_kick(phase, behind)
+        seq, phase, revision, waiting, _room = tuple(row)
+        # Waiting counts this message too (no later one can have committed: this
+        # transaction still holds the row lock).
+        needs_kick = owes_kick(phase, int(waiting) > 1)
         return InboxItem(
             message_id,
             session_id,
