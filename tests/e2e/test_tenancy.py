@@ -229,3 +229,35 @@ def test_the_multi_user_example_runs(client: AgentClient, tenancy_settings: Sett
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("mallory: unknown") == 3
     assert "alice:" in result.stdout
+
+
+def test_the_cli_acts_as_the_user_given_with_user(
+    client: AgentClient, tenancy_settings: Settings
+) -> None:
+    from tests.e2e.test_cli import assert_one_line_error, run
+
+    alice, mallory = uid("alice"), uid("mallory")
+    session_id, approval = ask(client, "risky on the command line", alice)
+    approval_id = str(approval["approval_id"])
+    spec = {"steps": [{"step_id": "a", "action": "sleep", "inputs": {"seconds": 30}}]}
+    workflow_id = client.start_workflow(spec, user_id=alice)
+    for args, words in (
+        (("approval", "approve", approval_id, "--by", "m"), "unknown approval"),
+        (("session", "cancel", session_id), "unknown session"),
+        (("session", "show", session_id), "unknown session"),
+        (("session", "events", session_id), "unknown session"),
+        (("workflow", "show", workflow_id), "unknown workflow"),
+        (("workflow", "cancel", workflow_id), "unknown workflow"),
+        (("workflow", "retry", workflow_id), "unknown workflow"),
+    ):
+        assert_one_line_error(run(tenancy_settings, *args, "--user", mallory), 2, words)
+    refused = run(tenancy_settings, "approval", "approve", approval_id, "--by", "expired")
+    assert_one_line_error(refused, 2, "reserved")
+    assert client.approvals(user_id=alice)[0]["decision"] is None
+    assert client.get_workflow(workflow_id)["status"] == "running"  # type: ignore[index]
+    listed = run(tenancy_settings, "workflow", "list", "--user", mallory, "--json")
+    assert workflow_id not in listed.stdout
+    cancelled = run(tenancy_settings, "workflow", "cancel", workflow_id, "--user", alice)
+    assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout
+    decided = run(tenancy_settings, "approval", "reject", approval_id, "--by", "a", "--user", alice)
+    assert decided.returncode == 0, decided.stderr
