@@ -63,3 +63,12 @@ def test_the_tenancy_errors_are_rooted_where_callers_catch_them() -> None:
     assert issubclass(errors.WorkflowSessionNotFoundError, errors.NotFoundError)
     assert issubclass(errors.WorkflowSessionNotFoundError, errors.WorkflowSpecError)
     assert issubclass(errors.QuotaExceededError, errors.BadInputError)
+
+
+def test_the_tenancy_errors_answer_http_as_their_kind() -> None:
+    from tasks.server.errors import status_of
+
+    assert status_of(errors.QuotaExceededError("x")) == (400, "bad_input")
+    assert status_of(errors.ApprovalExpiredError("x")) == (409, "conflict")
+    assert status_of(errors.WorkflowSessionNotFoundError("x")) == (404, "not_found")
+    assert status_of(errors.SessionOwnershipError("x")) == (404, "not_found")
