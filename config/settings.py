@@ -179,6 +179,21 @@ class Settings(BaseSettings):
     approval_ttl: float = Field(86400.0, gt=0)
     """Seconds an approval waits for a decision before beat rejects it (`by == \"expired\"`); a
     handler may give its own `ttl_s`."""
+    # Tenancy quotas: what one user may leave waiting (refused past it, nothing stored).
+    max_queued_messages: int = Field(
+        100,
+        ge=1,
+        description="Messages that may wait in one session's inbox (behind its running "
+        "turn); the next send_message is refused with a bad-input error naming "
+        "AGENTSTATE_MAX_QUEUED_MESSAGES, nothing stored.",
+    )
+    max_pending_approvals: int = Field(
+        100,
+        ge=1,
+        description="Undecided, unexpired approval requests one user may have; a workflow "
+        "start or retry that would ask for more is refused with a bad-input error naming "
+        "AGENTSTATE_MAX_PENDING_APPROVALS, nothing stored.",
+    )
     # Not in the public surface, but handy for operators and benchmarks.
     task_events: bool = True
     """Celery task events (what Flower shows)."""

@@ -42,7 +42,19 @@ class WorkflowSpecError(BadInputError):
 
 
 class NotFoundError(BadInputError):
-    """The session, workflow or user named does not exist."""
+    """The session, workflow or user named does not exist (or, given ``user_id=``, is
+    another user's: that reads exactly as an unknown id)."""
+
+
+class WorkflowSessionNotFoundError(NotFoundError, WorkflowSpecError):
+    """A workflow spec names a session that does not exist, or that is not the caller's
+    (``user_id=``); nothing was stored."""
+
+
+class QuotaExceededError(BadInputError):
+    """A per-inbox or per-user quota (``AGENTSTATE_MAX_QUEUED_MESSAGES``,
+    ``AGENTSTATE_MAX_PENDING_APPROVALS``) is full; the message names the setting and
+    nothing was stored."""
 
 
 class IdempotencyConflictError(BadInputError):
@@ -62,6 +74,11 @@ class ApprovalAlreadyDecidedError(RunStateError):
     """The approval was decided already (the first decision wins; it says by whom)."""
 
 
+class ApprovalExpiredError(ApprovalAlreadyDecidedError):
+    """The approval's ``expires_at`` has passed: it is recorded rejected ``by="expired"``
+    (in the same guarded commit as the refused decision, if nobody had yet)."""
+
+
 class SessionBusyError(RunStateError):
     """``send_message(..., multitask_strategy="reject")`` found the session busy (a turn
     running, or messages waiting); nothing was stored."""
@@ -76,8 +93,9 @@ class UsageError(BadInputError):
     """A command line that does not parse (unknown command, missing or bad argument)."""
 
 
-class SessionOwnershipError(BadInputError):
-    """The session belongs to another user."""
+class SessionOwnershipError(NotFoundError):
+    """The session belongs to another user (it reads as an unknown id: nothing is said
+    of whose it is)."""
 
 
 class MalformedTaskMessageError(BadInputError):

@@ -24,3 +24,13 @@ def validate_id(value: object, kind: str) -> str:
 def new_id(prefix: str) -> str:
     """A fresh random id such as ``wf-3f2a...``."""
     return f"{prefix}-{uuid.uuid4().hex}"
+
+
+STEP_KEY_SEPARATOR = ":"
+
+
+def step_key(workflow_id: str, step_id: str) -> str:
+    """A step's idempotency key, ``"{workflow_id}:{step_id}"``: the same for every
+    delivery and retry of it, and one step's only (a step id has no ':', so the key
+    splits at its last ':' one way)."""
+    return f"{workflow_id}{STEP_KEY_SEPARATOR}{step_id}"

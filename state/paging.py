@@ -18,6 +18,9 @@ from state.storage.db import read_connection
 
 MAX_PAGE = 1000
 _MAX_CURSOR_CHARS = 600
+# The largest value a database integer column (and so a bound parameter) holds: beyond
+# it a driver raises its own DataError (a 500), so the argument is refused first.
+MAX_WHOLE = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -32,11 +35,22 @@ class Page:
         return {"items": self.items, "next_cursor": self.next_cursor}
 
 
+def whole_number(value: object, name: str, *, low: int = 0, high: int = MAX_WHOLE) -> int:
+    """``value`` if it is an int (not a bool) from ``low`` to ``high``, else
+    InvalidPayloadError naming ``name``: every paging argument (``history_limit``,
+    ``before_seq``, ``limit``, ``revision``, ``after``) goes through it, so none reaches
+    the database out of range."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise InvalidPayloadError(
+            f"{name} must be a whole number from {low} to {high}, got {shown}"
+        )
+    return value
+
+
 def check_limit(limit: object) -> int:
     """``limit`` if it is a whole number from 1 to MAX_PAGE, else InvalidPayloadError."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
-        raise InvalidPayloadError(f"limit must be a whole number from 1 to {MAX_PAGE}")
-    return limit
+    return whole_number(limit, "limit", low=1, high=MAX_PAGE)
 
 
 def encode(created_at: datetime, item_id: str) -> str:

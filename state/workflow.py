@@ -29,7 +29,7 @@ from state.errors import (
     UnknownActionError,
     WorkflowSpecError,
 )
-from state.ids import new_id, validate_id
+from state.ids import STEP_KEY_SEPARATOR, new_id, validate_id
 
 MAX_STEPS = 10_000
 MAX_STEP_NAME_LENGTH = 255
@@ -347,6 +347,9 @@ def _parse_step(
         step_id = validate_id(raw.get("step_id"), "step")
     except InvalidIdError as exc:
         raise WorkflowSpecError(f"{where}: {exc}") from exc
+    if STEP_KEY_SEPARATOR in step_id:
+        # Workflow ids may hold ':', so only a ':'-free step id makes step_key one-to-one.
+        raise WorkflowSpecError(f"{where}: step id {step_id!r} may not contain ':'")
     where = f"step {step_id!r}"
     _check_keys(raw, STEP_KEYS, where)
     _check_timing(raw, where)

@@ -135,26 +135,3 @@ def private_redis() -> Iterator[PrivateRedis]:
     server = PrivateRedis().start()
     yield server
     server.close()
-
-
-def _missing_features() -> dict[str, str]:
-    """Features other branches add to the client, by marker: what is missing here."""
-    import inspect
-
-    import tasks.client
-    from tasks.client import AgentClient
-
-    missing = {}
-    if "user_id" not in inspect.signature(AgentClient.cancel_turn).parameters:
-        missing["needs_tenancy"] = "AgentClient writes take no user_id= yet (tenancy)"
-    if not hasattr(tasks.client, "AsyncAgentClient"):
-        missing["needs_async_client"] = "tasks.client.AsyncAgentClient is not merged yet"
-    return missing
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    missing = _missing_features()
-    for item in items:
-        for marker, reason in missing.items():
-            if item.get_closest_marker(marker) is not None:
-                item.add_marker(pytest.mark.skip(reason=reason))

@@ -9,9 +9,11 @@ decided in time (``by == "expired"``) through the same path.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import Engine, select
 
@@ -20,7 +22,7 @@ from state.approvals import rows
 from state.approvals.rows import EXPIRED_BY, Decision
 from state.clock import utcnow
 from state.documents.codec import Document
-from state.errors import ApprovalAlreadyDecidedError, NotFoundError
+from state.errors import ApprovalAlreadyDecidedError, ApprovalExpiredError, NotFoundError
 from state.events import log
 from state.storage.db import read_connection, retried_on_conflict
 from state.storage.tables import approvals
@@ -62,23 +64,55 @@ class ApprovalDesk:
         page = paging.fetch(self.engine, query, keys, rows.document, limit=limit, cursor=None)
         return list(page.items)
 
-    def decide(self, approval_id: str, decision: Decision) -> Document:
+    def decide(self, approval_id: str, decision: Decision, user_id: str | None = None) -> Document:
         """Record ``decision`` and apply it (see the module docstring); return the
-        approval as decided."""
+        approval as decided.
+
+        With ``user_id``, another user's approval is an unknown id (NotFoundError). At or
+        after ``expires_at`` a person's decision is refused with ApprovalExpiredError and
+        the expiry is recorded instead, by the same guarded write that would have taken
+        the decision: exactly one outcome is stored whoever races.
+        """
         approval = self.get(approval_id)
-        if approval is None:
+        if approval is None or (user_id is not None and approval["user_id"] != user_id):
             raise NotFoundError(f"unknown approval {approval_id!r}")
         _require_undecided(approval)
-        if approval["workflow_id"]:
-            self._decide_step(approval, decision)
-        elif not (
-            approval["session_id"]
-            and self.interventions.decide_approval(approval["session_id"], approval, decision)
-        ):
-            self._decide_alone(approval_id, decision)
+        if decision.by != EXPIRED_BY and _expired(approval):
+            self._expire_refusing(approval, user_id)
+        try:
+            self._apply(approval, decision, user_id)
+        except ApprovalAlreadyDecidedError:
+            again = self.get(approval_id)
+            if again is None or decision.by == EXPIRED_BY:
+                raise
+            if again["decision"] is None and _expired(again):
+                self._expire_refusing(again, user_id)
+            _require_undecided(again)
+            raise
         decided = self.get(approval_id)
         assert decided is not None
         return decided
+
+    def _apply(self, approval: Document, decision: Decision, user_id: str | None) -> None:
+        approval_id = str(approval["approval_id"])
+        if approval["workflow_id"]:
+            self._decide_step(approval, decision, user_id)
+        elif not (
+            approval["session_id"]
+            and self.interventions.decide_approval(
+                approval["session_id"], approval, decision, user_id
+            )
+        ):
+            self._decide_alone(approval_id, decision, user_id)
+
+    def _expire_refusing(self, approval: Document, user_id: str | None) -> None:
+        """Record the expiry of ``approval`` (whatever waits for it is rejected), then
+        refuse the person's decision: ApprovalExpiredError either way."""
+        with contextlib.suppress(ApprovalAlreadyDecidedError):
+            self._apply(approval, Decision(approve=False, by=EXPIRED_BY), user_id)
+        after = self.get(str(approval["approval_id"])) or approval
+        _require_undecided(after)
+        raise ApprovalExpiredError(f"approval {approval['approval_id']} expired")
 
     def expire_due(self, limit: int = EXPIRE_BATCH) -> int:
         """Reject (``by == "expired"``) the approvals whose time ran out; return how many."""
@@ -102,17 +136,17 @@ class ApprovalDesk:
             expired += 1
         return expired
 
-    def _decide_alone(self, approval_id: str, decision: Decision) -> None:
+    def _decide_alone(self, approval_id: str, decision: Decision, user_id: str | None) -> None:
         # Nothing waits for it any more (its turn ended otherwise): record it, once.
         with self.engine.begin() as conn:
-            if rows.decide(conn, approval_id, decision) is None:
-                _require_undecided(rows.read(conn, approval_id) or {})
+            if rows.decide(conn, approval_id, decision, user_id) is None:
+                _refuse(rows.read(conn, approval_id))
 
-    def _decide_step(self, approval: Document, decision: Decision) -> None:
+    def _decide_step(self, approval: Document, decision: Decision, user_id: str | None) -> None:
         workflow_id = str(approval["workflow_id"])
         # A rejection skips the step's dependents, rows a sibling's success may hold while
         # it waits for the workflow's: after a deadlock the decision runs again.
-        applied = retried_on_conflict(partial(self._step_decided, approval, decision))
+        applied = retried_on_conflict(partial(self._step_decided, approval, decision, user_id))
         if applied is None:
             return
         ready, completion = applied
@@ -124,7 +158,7 @@ class ApprovalDesk:
             self.workflows.notifier.session(str(approval["session_id"]))
 
     def _step_decided(
-        self, approval: Document, decision: Decision
+        self, approval: Document, decision: Decision, user_id: str | None
     ) -> tuple[Any, Completion | None] | None:
         """Record a step's decision and apply it, in one transaction: the step to dispatch
         (approved and ready) and the completion to follow (rejected); None if nothing was
@@ -135,10 +169,9 @@ class ApprovalDesk:
             # The workflow's row first: the order every writer of a workflow but a step's
             # success takes.
             lock_workflow(conn, workflow_id)
-            decided = rows.decide(conn, str(approval["approval_id"]), decision)
+            decided = rows.decide(conn, str(approval["approval_id"]), decision, user_id)
             if decided is None:
-                _require_undecided(rows.read(conn, str(approval["approval_id"])) or {})
-                return None
+                _refuse(rows.read(conn, str(approval["approval_id"])))
             ready: Any = None
             completion: Completion | None = None
             if decision.approve:
@@ -152,9 +185,22 @@ class ApprovalDesk:
 
 def _require_undecided(approval: Document) -> None:
     if approval.get("decision"):
-        raise ApprovalAlreadyDecidedError(
+        kind = ApprovalExpiredError if approval["by"] == EXPIRED_BY else ApprovalAlreadyDecidedError
+        raise kind(
             f"approval {approval['approval_id']} was already {approval['decision']} "
             f"by {approval['by']} at {approval['decided_at']}"
         )
-    if not approval:
+
+
+def _refuse(approval: Document | None) -> NoReturn:
+    """The guarded write recorded nothing: say why (decided already, or expired and not
+    yet recorded: the caller records the expiry)."""
+    if approval is None:
         raise NotFoundError("unknown approval")
+    _require_undecided(approval)
+    raise ApprovalAlreadyDecidedError(f"approval {approval['approval_id']} expired")
+
+
+def _expired(approval: Document) -> bool:
+    expires_at = approval.get("expires_at")
+    return expires_at is not None and datetime.fromisoformat(str(expires_at)) <= utcnow()

@@ -6,6 +6,7 @@ first wins, and every later decision changes nothing and is told who won.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -22,6 +23,17 @@ from state.sessions.snapshot import NewEvent
 from state.storage.tables import approvals
 
 EXPIRED_BY = "expired"
+# Every ``by`` the system writes when nobody decided (expiry, a cancel, a skipped step, a
+# turn that ended otherwise): a person may not claim one, or a forged "cancelled" would
+# read as the system's. Compared after NFKC and casefold, so fullwidth or
+# differently cased forms are refused too.
+RESERVED_BY = frozenset({EXPIRED_BY, "cancelled", "skipped", "turn ended", "rejected", "system"})
+
+
+def is_reserved_by(by: str) -> bool:
+    """Whether ``by`` reads as one of the system's markers (RESERVED_BY)."""
+    folded = " ".join(unicodedata.normalize("NFKC", by).casefold().split())
+    return folded in RESERVED_BY
 
 
 class Verdict(StrEnum):
@@ -93,16 +105,26 @@ def insert_request(
     return NewEvent(log.APPROVAL_REQUESTED, data)
 
 
-def decide(conn: Connection, approval_id: str, decision: Decision) -> Document | None:
-    """Record ``decision`` if the approval is still undecided; return the approval as
-    decided, or None if it was decided already (or does not exist)."""
+def decide(
+    conn: Connection, approval_id: str, decision: Decision, user_id: str | None = None
+) -> Document | None:
+    """Record ``decision`` if the approval is still undecided, not expired (unless the
+    decision is the expiry itself) and ``user_id``'s (if given); return the approval as
+    decided, or None if nothing was recorded. The guards are the UPDATE's own WHERE, so a
+    racing decision, expiry or owner cannot slip between a check and the write."""
+    now = utcnow()
+    guards: list[Any] = [approvals.c.approval_id == approval_id, approvals.c.decision.is_(None)]
+    if decision.by != EXPIRED_BY:
+        guards.append(approvals.c.expires_at > now)
+    if user_id is not None:
+        guards.append(approvals.c.user_id == user_id)
     row = conn.execute(
         update(approvals)
-        .where(approvals.c.approval_id == approval_id, approvals.c.decision.is_(None))
+        .where(*guards)
         .values(
             decision=decision.verdict.value,
             decided_by=decision.by,
-            decided_at=utcnow(),
+            decided_at=now,
             note=decision.note,
         )
         .returning(*approvals.c)

@@ -13,7 +13,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from config import redact_url
 from state.documents.codec import Document
-from state.errors import InvalidPayloadError, NotFoundError
+from state.errors import NotFoundError
 from state.events import log
 from state.events.push import FALLBACK_POLL_S, Waiter
 from state.events.revisions import PastRevision, at_revision, listing
@@ -35,13 +35,6 @@ _migrator = StateMigrator()
 def unknown(session_id: str) -> NotFoundError:
     """The error for a session that does not exist (or is not the caller's to read)."""
     return NotFoundError(f"unknown session {session_id!r}")
-
-
-def whole_number(value: object, name: str) -> int:
-    """``value`` if it is an int >= 0 (not a bool), else InvalidPayloadError."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidPayloadError(f"{name} must be a whole number >= 0, got {value!r}")
-    return value
 
 
 class EventFeed:

@@ -7,7 +7,7 @@ from sqlalchemy import Connection, Engine, Select, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from state.clock import as_utc, utcnow
-from state.errors import IdempotencyConflictError, SessionOwnershipError
+from state.errors import IdempotencyConflictError, QuotaExceededError, SessionOwnershipError
 from state.events import log
 from state.ids import new_id
 from state.machine import RESTING_PHASES
@@ -17,22 +17,29 @@ from state.storage.db import is_postgres, read_connection
 from state.storage.prepared import PREPARED, Statements
 from state.storage.tables import inbox, sessions
 
+QUEUED_SETTING = "AGENTSTATE_MAX_QUEUED_MESSAGES"
+
 
 class Inbox:
     """Accepts messages for sessions and hands them to turns in order."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, max_queued: int | None = None) -> None:
         self.engine = engine
+        # AGENTSTATE_MAX_QUEUED_MESSAGES (None: no quota, for the engine's own callers).
+        self.max_queued = max_queued
 
     @staticmethod
-    def for_engine(engine: Engine, statements: Statements | None = None) -> Inbox:
+    def for_engine(
+        engine: Engine, statements: Statements | None = None, max_queued: int | None = None
+    ) -> Inbox:
         """The inbox implementation for ``engine``'s database (``statements``: how the
-        Postgres one sends its statements, see ``Backend.statements``)."""
+        Postgres one sends its statements, see ``Backend.statements``); ``max_queued``
+        messages may wait in one session's inbox."""
         if is_postgres(engine):
             from state.sessions.inbox_postgres import PostgresInbox
 
-            return PostgresInbox(engine, statements or PREPARED)
-        return Inbox(engine)
+            return PostgresInbox(engine, statements or PREPARED, max_queued)
+        return Inbox(engine, max_queued)
 
     def accept(
         self, session_id: str, user_id: str, text: str, idempotency_key: str | None = None
@@ -77,12 +84,13 @@ class Inbox:
             )
         ).one()
         if owner != user_id:
-            raise SessionOwnershipError(
-                f"session {session_id} belongs to another user; use your own session id"
-            )
+            raise SessionOwnershipError(f"unknown session {session_id!r}")
         found = None if key is None else by_key(conn, session_id, key, text)
         if found is not None:
             return found
+        # Counted after the row lock, in a statement of its own (a fresh snapshot):
+        # racing accepts of the session count each other, so none slips past.
+        self.require_room(conn, session_id)
         message_id, now = new_id("msg"), utcnow()
         conn.execute(
             insert(inbox).values(
@@ -106,6 +114,24 @@ class Inbox:
         return InboxItem(
             message_id, session_id, int(seq), text, InboxState.QUEUED, now, needs_kick, revision
         )
+
+    def require_room(self, conn: Connection, session_id: str) -> None:
+        """QuotaExceededError (naming the setting) if ``max_queued`` messages already wait
+        in the session's inbox; counting stops there (ix_inbox_session_queued)."""
+        limit = self.max_queued
+        if limit is None:
+            return
+        waiting = select(inbox.c.seq).where(
+            inbox.c.session_id == session_id, inbox.c.state == InboxState.QUEUED
+        )
+        count = conn.execute(
+            select(func.count()).select_from(waiting.limit(limit).subquery())
+        ).scalar_one()
+        if count >= limit:
+            raise QuotaExceededError(
+                f"session {session_id} has {count} messages waiting: "
+                f"{QUEUED_SETTING} is {limit}; wait for its turns (nothing was stored)"
+            )
 
     def accept_in(
         self, conn: Connection, session_id: str, user_id: str, text: str, key: str | None

@@ -5,11 +5,13 @@ The statement does what the portable accept does in its transaction: it takes th
 session row (bumping the inbox and event counters under its lock, so sequence numbers
 follow commit order) and inserts the message and its ``message_accepted`` event. A second
 statement in the same query message (one transaction, with a snapshot taken after the
-row lock) returns the phase the session is in and whether an earlier message of the
-session still waits: then that message's kick is on its way, and this one needs none.
-It only matches the session's own user; a new session, another user's session or an
-idempotency key take the portable path, which creates the row, refuses the caller or
-looks the key up. (The user is compared with IS NOT DISTINCT FROM, no index condition:
+row lock) returns the phase the session is in and how many of its messages wait (at
+most AGENTSTATE_MAX_QUEUED_MESSAGES + 1 entries of ix_inbox_session_queued): if an
+earlier one still waits, its kick is on its way and this one needs none; past the quota
+the message undoes itself (see ``_ACCEPTED``). It only matches the session's own user; a
+new session, another user's session, a full inbox or an idempotency key take the
+portable path, which creates the row, refuses the caller (the quota named) or looks the
+key up. (The user is compared with IS NOT DISTINCT FROM, no index condition:
 the row is found by its key, never by a scan of the user's sessions in
 ix_sessions_user_created, which a cached generic plan may choose.)
 """
@@ -17,10 +19,11 @@ ix_sessions_user_created, which a cached generic plan may choose.)
 from __future__ import annotations
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import DataError
 
 from state.clock import as_utc, utcnow
 from state.ids import new_id
-from state.sessions.inbox import Inbox, owes_kick
+from state.sessions.inbox import QUEUED_SETTING, Inbox, owes_kick
 from state.sessions.snapshot import InboxItem, InboxState
 from state.storage import prepared
 from state.storage.db import autocommit_engine
@@ -45,19 +48,24 @@ SELECT set_config('agentstate.accepted', count(*)::text, true) FROM s""",
 )
 
 # After the accept, under its row lock and with a snapshot of its own: the session row as
-# the accept left it, and whether an earlier message still waits for its turn (read in the
-# accept's own snapshot, a turn that started and ended that message meanwhile would look
-# as if it still waited, and this message would wait for the sweep). Nothing if the
-# accept matched no row.
+# the accept left it, and how many of its messages wait, this one included (read in the
+# accept's own snapshot, a turn that started and ended an earlier message meanwhile would
+# look as if it still waited, and this message would wait for the sweep; and racing
+# accepts, which waited for the row lock, would not count each other). Nothing if the
+# accept matched no row. Past AGENTSTATE_MAX_QUEUED_MESSAGES the cast fails (SQL has no
+# RAISE), which undoes the whole message: the accept and its event with it.
 _ACCEPTED = prepared.prepare(
     "agentstate_accepted_message",
     """
-SELECT s.inbox_seq, s.phase, s.revision, EXISTS (
-  SELECT 1 FROM inbox q
-  WHERE q.session_id = s.session_id AND q.state = 'queued' AND q.seq < s.inbox_seq)
-FROM sessions s
+SELECT s.inbox_seq, s.phase, s.revision, w.waiting,
+  CAST(CASE WHEN w.waiting >= %(over_quota)s THEN 'AGENTSTATE_MAX_QUEUED_MESSAGES' ELSE '0' END
+    AS integer)
+FROM sessions s, LATERAL (SELECT count(*) AS waiting FROM (SELECT 1 FROM inbox q
+  WHERE q.session_id = s.session_id AND q.state = 'queued' LIMIT %(over_quota)s) c) w
 WHERE s.session_id = %(session_id)s AND current_setting('agentstate.accepted', true) = '1'""",
 )
+
+_NO_QUOTA = 2**62
 
 _NEXT = prepared.prepare(
     "agentstate_next_queued",
@@ -70,8 +78,13 @@ class PostgresInbox(Inbox):
     """Inbox whose accept (to an existing session, without a key) and whose read of the
     next message are one prepared statement each (see the module docstring)."""
 
-    def __init__(self, engine: Engine, statements: prepared.Statements = prepared.PREPARED) -> None:
-        super().__init__(engine)
+    def __init__(
+        self,
+        engine: Engine,
+        statements: prepared.Statements = prepared.PREPARED,
+        max_queued: int | None = None,
+    ) -> None:
+        super().__init__(engine, max_queued)
         self.autocommit = autocommit_engine(engine)
         self.statements = statements
 
@@ -82,19 +95,29 @@ class PostgresInbox(Inbox):
         if idempotency_key is not None:
             return super().accept(session_id, user_id, text, idempotency_key)
         message_id, now = new_id("msg"), utcnow()
-        params = {
+        # No quota (the engine's own callers): no inbox holds this many.
+        limit = self.max_queued or _NO_QUOTA
+        params: dict[str, object] = {
             "session_id": session_id,
             "user_id": user_id,
             "message_id": message_id,
             "text": text,
             "now": now,
+            "over_quota": limit + 1,  # this message is among those counted after it
         }
         parts = [(_ACCEPT, params), (_ACCEPTED, params)]
-        row = prepared.first(self.statements.rows(self.autocommit, parts))
-        if row is None:  # a new session, or not this user's: the portable path decides
+        try:
+            row = prepared.first(self.statements.rows(self.autocommit, parts))
+        except DataError as exc:
+            if QUEUED_SETTING not in str(exc):
+                raise
+            row = None  # a racer filled the inbox first: nothing was stored
+        if row is None:  # new, not this user's, or full: the portable path decides
             return super().accept(session_id, user_id, text)
-        seq, phase, revision, behind = tuple(row)
-        needs_kick = owes_kick(phase, behind)
+        seq, phase, revision, waiting, _room = tuple(row)
+        # Waiting counts this message too (no later one can have committed: this
+        # transaction still holds the row lock).
+        needs_kick = owes_kick(phase, int(waiting) > 1)
         return InboxItem(
             message_id,
             session_id,

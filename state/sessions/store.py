@@ -22,7 +22,6 @@ from state.documents import codec
 from state.documents.codec import Document
 from state.documents.quarantine import quarantine
 from state.errors import (
-    BadInputError,
     CorruptStateError,
     FutureVersionError,
     MigrationError,
@@ -32,6 +31,7 @@ from state.events import revisions
 from state.events.log import reply_event
 from state.machine import Phase
 from state.migrate import StateMigrator
+from state.paging import whole_number
 from state.session import SessionState, SessionStatus, make_message
 from state.sessions import inbox as inbox_rows
 from state.sessions.history import read_history
@@ -386,9 +386,10 @@ def after(snapshot: Snapshot, change: SessionChange) -> Snapshot:
 
 
 def check_page_argument(name: str, value: object) -> None:
-    """BadInputError unless ``value`` is None or a whole number >= 0 (a paging argument)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise BadInputError(f"{name} must be a whole number, 0 or more; got {value!r:.40}")
+    """InvalidPayloadError unless ``value`` is None or a whole number in a database
+    integer's range (a paging argument)."""
+    if value is not None:
+        whole_number(value, name)
 
 
 class _WriteNeeded(Exception):

@@ -135,6 +135,7 @@ class MessageRow(Base):
 
 # (A module constant: inside InboxRow, ``text`` is the column.)
 _QUEUED = text("state = 'queued'")
+_UNDECIDED = text("decision IS NULL")
 
 
 class InboxRow(Base):
@@ -334,6 +335,14 @@ class ApprovalRow(Base):
         Index("ix_approvals_workflow_step", "workflow_id", "step_id"),
         Index("ix_approvals_session", "session_id"),
         Index("ix_approvals_decided", "decided_at"),
+        # A user's undecided requests, counted against AGENTSTATE_MAX_PENDING_APPROVALS.
+        Index(
+            "ix_approvals_user_pending",
+            "user_id",
+            "expires_at",
+            postgresql_where=_UNDECIDED,
+            sqlite_where=_UNDECIDED,
+        ),
     )
 
 

@@ -134,9 +134,7 @@ class DoubleTexting:
         snap = self.services.sessions.load_in(conn, session_id)
         assert snap is not None
         if snap.user_id != user_id:
-            raise SessionOwnershipError(
-                f"session {session_id} belongs to another user; use your own session id"
-            )
+            raise SessionOwnershipError(f"unknown session {session_id!r}")
         found = None if key is None else inbox_rows.by_key(conn, session_id, key, text)
         if found is not None:
             return Accepted(found)

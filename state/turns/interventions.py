@@ -50,7 +50,7 @@ class TurnInterventions:
         rules.fail_turn(draft, trigger, reply, cause)
         return self._force_commit(snap, draft, trigger or "reset")
 
-    def cancel_turn(self, session_id: str) -> bool:
+    def cancel_turn(self, session_id: str, user_id: str | None = None) -> bool:
         """End the running turn now (one guarded commit); False if none was running.
 
         If the turn commits a phase meanwhile, the cancel looks again and cancels the
@@ -59,7 +59,9 @@ class TurnInterventions:
         """
         for _attempt in range(CANCEL_ATTEMPTS):
             snap = self.services.sessions.load_from_database(session_id)
-            if snap is None:
+            # A session's user never changes, and the commit below is guarded on this
+            # very revision: the owner checked here is the owner of what is changed.
+            if snap is None or (user_id is not None and snap.user_id != user_id):
                 raise NotFoundError(f"unknown session {session_id!r}")
             if snap.phase in RESTING_PHASES:
                 return False
@@ -79,7 +81,13 @@ class TurnInterventions:
             return True
         raise StaleStateError(f"session {session_id}: the turn kept moving; cancel again")
 
-    def decide_approval(self, session_id: str, approval: Document, decision: Decision) -> bool:
+    def decide_approval(
+        self,
+        session_id: str,
+        approval: Document,
+        decision: Decision,
+        user_id: str | None = None,
+    ) -> bool:
         """Resume the turn that waits for ``approval`` with ``decision``, recording the
         decision in the same commit; False if the turn does not wait for it (the caller
         records the decision alone). Raises ApprovalAlreadyDecidedError if another
@@ -89,7 +97,7 @@ class TurnInterventions:
             if snap is None or not _waits_for(snap, str(approval["approval_id"])):
                 return False
             draft = Draft(snap, None)
-            rules.decide_approval(draft, approval, decision, self.services.settings)
+            rules.decide_approval(draft, approval, decision, self.services.settings, user_id)
             try:
                 outcome = self._force_commit(snap, draft, "decided")
             except StaleStateError:

@@ -197,7 +197,11 @@ def _ask_for_approval(draft: Draft, result: PhaseResult, settings: Settings) -> 
 
 
 def decide_approval(
-    draft: Draft, approval: Document, decision: Decision, settings: Settings
+    draft: Draft,
+    approval: Document,
+    decision: Decision,
+    settings: Settings,
+    user_id: str | None = None,
 ) -> None:
     """Resume the turn that waits for ``approval`` with ``decision``: approved, it goes on
     to executing; rejected, straight to generating. The next phase's handler sees the
@@ -218,7 +222,7 @@ def decide_approval(
     }
 
     def record(conn: Any) -> None:
-        decided = approval_rows.decide(conn, approval_id, decision)
+        decided = approval_rows.decide(conn, approval_id, decision, user_id)
         if decided is None:
             raise ApprovalAlreadyDecidedError(f"approval {approval_id} was decided already")
         draft.events.append(approval_rows.decided_event(decided))

@@ -8,15 +8,18 @@ running step's late result, finds its revision moved and changes nothing.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy import Connection, Engine, func, select, update
 
+from state.approvals import quota
 from state.approvals import rows as approval_rows
 from state.clock import utcnow
 from state.documents import codec
 from state.events import log
 from state.sessions.snapshot import NewEvent
-from state.storage.tables import sessions, steps, workflows
+from state.storage.tables import steps, workflows
 from state.workflow import WorkflowStatus, WorkflowStepStatus
 from state.workflows.records import PENDING_APPROVAL, REJECTED, Dispatch, Finished
 
@@ -36,28 +39,49 @@ def lock_workflow(conn: Connection, workflow_id: str) -> None:
     )
 
 
-def cancel(engine: Engine, workflow_id: str) -> Finished | None:
+@dataclass(frozen=True)
+class Asking:
+    """How a retry asks again for the approvals its steps need: their time to live, and
+    the owner's quota of undecided approvals (None: not counted)."""
+
+    ttl_s: float
+    max_pending: int | None = None
+
+
+def owned_by(user_id: str | None) -> list[Any]:
+    """The WHERE terms of a workflow ``user_id`` may change (none if None: trusted)."""
+    return [] if user_id is None else [workflows.c.user_id == user_id]
+
+
+def cancel(engine: Engine, workflow_id: str, user_id: str | None = None) -> Finished | None:
     """Cancel a running workflow in a transaction of its own, its session told; None if
-    it was not running."""
+    it was not running (or not ``user_id``'s)."""
     with engine.begin() as conn:
-        finished = cancel_in(conn, workflow_id)
+        finished = cancel_in(conn, workflow_id, user_id)
         if finished is not None:
             tell_session(conn, finished)
         return finished
 
 
-def retry(engine: Engine, workflow_id: str, approval_ttl_s: float) -> list[Dispatch] | None:
+def retry(
+    engine: Engine, workflow_id: str, asking: Asking, user_id: str | None = None
+) -> list[Dispatch] | None:
     """:func:`retry_in` in a transaction of its own."""
     with engine.begin() as conn:
-        return retry_in(conn, workflow_id, approval_ttl_s)
+        return retry_in(conn, workflow_id, asking, user_id)
 
 
-def cancel_in(conn: Connection, workflow_id: str) -> Finished | None:
-    """Cancel a running workflow inside ``conn``'s transaction; None if it was not running."""
+def cancel_in(conn: Connection, workflow_id: str, user_id: str | None = None) -> Finished | None:
+    """Cancel a running workflow inside ``conn``'s transaction; None if it was not running
+    (or, ``user_id`` given, is another user's: the owner is guarded by the UPDATE itself)."""
     now = utcnow()
     row = conn.execute(
         update(workflows)
-        .where(workflows.c.workflow_id == workflow_id, workflows.c.status == WorkflowStatus.RUNNING)
+        .where(
+            workflows.c.workflow_id == workflow_id,
+            workflows.c.status == WorkflowStatus.RUNNING,
+            *owned_by(user_id),
+        )
         .values(status=WorkflowStatus.CANCELLED, remaining_steps=0, finished_at=now, updated_at=now)
         .returning(workflows.c.session_id, workflows.c.resume_revision)
     ).first()
@@ -88,17 +112,24 @@ def tell_session(conn: Connection, finished: Finished) -> None:
         log.append(conn, finished.session_id, [NewEvent(log.WORKFLOW_FINISHED, data)])
 
 
-def retry_in(conn: Connection, workflow_id: str, approval_ttl_s: float) -> list[Dispatch] | None:
+def retry_in(
+    conn: Connection, workflow_id: str, asking: Asking, user_id: str | None = None
+) -> list[Dispatch] | None:
     """Run a failed or cancelled workflow again from where it stopped, inside ``conn``'s
-    transaction; return the steps ready now, or None if it was not failed or cancelled.
-    A step that needs approval and was not approved is asked about again."""
+    transaction; return the steps ready now, or None if it was not failed or cancelled
+    (or not ``user_id``'s). A step that needs approval and was not approved is asked
+    about again, within the owner's quota (QuotaExceededError rolls it all back)."""
     reopened = conn.execute(
         update(workflows)
-        .where(workflows.c.workflow_id == workflow_id, workflows.c.status.in_(_RETRYABLE))
+        .where(
+            workflows.c.workflow_id == workflow_id,
+            workflows.c.status.in_(_RETRYABLE),
+            *owned_by(user_id),
+        )
         .values(
             status=WorkflowStatus.RUNNING, failed_steps=0, finished_at=None, updated_at=utcnow()
         )
-        .returning(workflows.c.workflow_id)
+        .returning(workflows.c.workflow_id, workflows.c.user_id)
     ).first()
     if reopened is None:
         return None
@@ -106,7 +137,8 @@ def retry_in(conn: Connection, workflow_id: str, approval_ttl_s: float) -> list[
     for remaining, step_ids in by_count.items():
         _reset(conn, workflow_id, step_ids, remaining)
     reset = sum(len(ids) for ids in by_count.values())
-    _ask_again(conn, workflow_id, [s for ids in by_count.values() for s in ids], approval_ttl_s)
+    rerun = [s for ids in by_count.values() for s in ids]
+    _ask_again(conn, workflow_id, rerun, asking, reopened.user_id)
     conn.execute(
         update(workflows)
         .where(workflows.c.workflow_id == workflow_id)
@@ -158,8 +190,20 @@ def _reset(conn: Connection, workflow_id: str, step_ids: list[str], remaining: i
     )
 
 
-def _ask_again(conn: Connection, workflow_id: str, step_ids: list[str], ttl_s: float) -> None:
-    asking = conn.execute(
+def _ask_again(
+    conn: Connection, workflow_id: str, step_ids: list[str], asking: Asking, owner: str | None
+) -> None:
+    candidates = conn.execute(
+        select(func.count())
+        .select_from(steps)
+        .where(
+            steps.c.workflow_id == workflow_id,
+            steps.c.step_id.in_(step_ids),
+            steps.c.approval.in_((PENDING_APPROVAL, REJECTED)),
+        )
+    ).scalar_one()
+    quota.reserve(conn, owner, int(candidates), asking.max_pending)
+    asked_rows = conn.execute(
         update(steps)
         .where(
             steps.c.workflow_id == workflow_id,
@@ -169,23 +213,20 @@ def _ask_again(conn: Connection, workflow_id: str, step_ids: list[str], ttl_s: f
         .values(approval=PENDING_APPROVAL)
         .returning(steps.c.step_id, steps.c.action, steps.c.inputs)
     ).all()
-    if not asking:
+    if not asked_rows:
         return
     session_id = conn.execute(
         select(workflows.c.session_id).where(workflows.c.workflow_id == workflow_id)
     ).scalar()
-    user_id = conn.execute(
-        select(sessions.c.user_id).where(sessions.c.session_id == session_id)
-    ).scalar()
     asked = [
         approval_rows.insert_request(
             conn,
-            approval_rows.Subject(session_id, user_id, workflow_id, row.step_id),
+            approval_rows.Subject(session_id, owner, workflow_id, row.step_id),
             row.action,
             codec.loads(row.inputs),
-            ttl_s,
+            asking.ttl_s,
         )
-        for row in asking
+        for row in asked_rows
     ]
     if session_id:
         log.append(conn, session_id, asked)

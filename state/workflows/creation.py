@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, insert, select
 
+from state.approvals import quota
 from state.approvals import rows as approval_rows
 from state.clock import utcnow
+from state.errors import WorkflowSessionNotFoundError
 from state.sessions.snapshot import NewEvent
 from state.storage.tables import sessions, steps, workflows
 from state.workflow import WorkflowState, WorkflowStatus
@@ -22,21 +24,30 @@ def insert_workflow(
     *,
     approval_ttl_s: float,
     user_id: str | None = None,
+    max_pending_approvals: int | None = None,
 ) -> tuple[list[Dispatch], list[NewEvent]]:
     """Store ``wf`` inside an open transaction, with an approval request for each step
     that needs one (expiring after ``approval_ttl_s``); return its root steps to dispatch
     and the ``approval_requested`` events for the session's log.
 
-    ``user_id`` is the owner; without it, the session's user (a workflow of no session
-    and no user is the trusted caller's). A phase's commit calls it to start the
-    workflow its handler asked for, so the workflow exists exactly when the phase that
-    wants it does.
+    The owner is the session's user; a workflow of no session is ``user_id``'s (None:
+    the trusted caller's, nobody's). A ``session_id`` that does not exist, or is not
+    ``user_id``'s, raises WorkflowSessionNotFoundError: the check reads the session in
+    this transaction, so nothing is stored for a session that is not the caller's.
+    ``max_pending_approvals`` caps the owner's undecided approvals (``state.approvals.quota``).
+    A phase's commit calls it to start the workflow its handler asked for, so the
+    workflow exists exactly when the phase that wants it does.
     """
     now = utcnow()
-    if user_id is None and wf.session_id:
-        user_id = conn.execute(
+    if wf.session_id:
+        owner = conn.execute(
             select(sessions.c.user_id).where(sessions.c.session_id == wf.session_id)
         ).scalar()
+        if owner is None or (user_id is not None and owner != user_id):
+            raise WorkflowSessionNotFoundError(f"unknown session {wf.session_id!r}")
+        user_id = owner
+    asking = sum(1 for step in wf.steps.values() if step.approval)
+    quota.reserve(conn, user_id, asking, max_pending_approvals)
     conn.execute(
         insert(workflows).values(
             workflow_id=wf.workflow_id,

@@ -23,6 +23,7 @@ from state.errors import (
     WorkflowIdConflictError,
 )
 from state.events.push import Notifier
+from state.ids import step_key
 from state.machine import Phase
 from state.ticker import Ticker
 from state.workflow import SpecLimits, WorkflowState, parse_spec
@@ -40,11 +41,6 @@ CONTINUE_STEPS = 64
 CONTINUE_FOR_S = 0.5
 
 _heartbeats = Ticker("step-heartbeat")
-
-
-def _key(claimed: ClaimedStep) -> str:
-    """The step's idempotency key: the same for every delivery and retry of it."""
-    return f"{claimed.workflow_id}:{claimed.step_id}"
 
 
 class WorkflowEngine:
@@ -68,16 +64,19 @@ class WorkflowEngine:
         """The workflow a spec describes, fully checked; nothing is stored."""
         return parse_spec(spec, known_actions, limits=SpecLimits.from_settings(self.settings))
 
-    def start(self, wf: WorkflowState) -> str:
-        """Store a validated workflow and dispatch its roots.
-
-        The workflow id is the idempotency key: starting it again with the same spec
-        returns the id and runs nothing again; with another spec it is refused.
-        """
+    def start(self, wf: WorkflowState, user_id: str | None = None) -> str:
+        """Store a validated workflow and dispatch its roots; its owner is its session's
+        user (which must be ``user_id`` if given) or ``user_id``. The workflow id is the
+        idempotency key: starting it again with the same spec (as the same user) returns
+        the id and runs nothing again; with another spec it is refused."""
+        quota = self.settings.max_pending_approvals
         try:
-            roots = self.store.create(wf, self.settings.approval_ttl)
+            roots = self.store.create(
+                wf, self.settings.approval_ttl, user_id=user_id, max_pending_approvals=quota
+            )
         except IntegrityError as exc:
-            if self.store.spec_hash(wf.workflow_id) == wf.spec_hash:
+            same = self.store.spec_hash(wf.workflow_id) == wf.spec_hash
+            if same and self.store.document_owner_matches(wf.workflow_id, user_id):
                 return wf.workflow_id
             raise WorkflowIdConflictError(
                 f"workflow {wf.workflow_id!r} already exists with another spec; "
@@ -87,18 +86,19 @@ class WorkflowEngine:
             self.dispatcher.step(wf.workflow_id, step_id, revision)
         return wf.workflow_id
 
-    def cancel(self, workflow_id: str) -> bool:
-        """Cancel a running workflow (one guarded commit); False if it was not running."""
-        finished = self.store.cancel_workflow(workflow_id)
+    def cancel(self, workflow_id: str, user_id: str | None = None) -> bool:
+        """Cancel a running workflow (one guarded commit); False if not (or not ours)."""
+        finished = self.store.cancel_workflow(workflow_id, user_id)
         if finished is None:
             return False
         self.follow(Completion(workflow_id, [], finished))
         return True
 
-    def retry(self, workflow_id: str) -> bool:
+    def retry(self, workflow_id: str, user_id: str | None = None) -> bool:
         """Run a failed or cancelled workflow again from where it stopped; False if it
-        was neither."""
-        ready = self.store.retry_workflow(workflow_id, self.settings.approval_ttl)
+        was neither (or is not ``user_id``'s)."""
+        asking = (self.settings.approval_ttl, user_id, self.settings.max_pending_approvals)
+        ready = self.store.retry_workflow(workflow_id, *asking)
         if ready is None:
             return False
         self.follow(Completion(workflow_id, ready, None))
@@ -344,7 +344,8 @@ class WorkflowEngine:
         deps = claimed.dep_outputs
         if deps is None:
             deps = self.store.dependency_outputs(claimed.workflow_id, claimed.dependencies)
-        context = {**self.store.context(claimed.workflow_id), "idempotency_key": _key(claimed)}
+        key = step_key(claimed.workflow_id, claimed.step_id)
+        context = {**self.store.context(claimed.workflow_id), "idempotency_key": key}
         outputs = fn(dict(claimed.inputs), deps, context)
         if not isinstance(outputs, dict):
             raise InvalidPayloadError(

@@ -18,8 +18,10 @@ def list_workflows(
     status: str | None = None,
     limit: int = 50,
     cursor: str | None = None,
+    user_id: str | None = None,
 ) -> paging.Page:
-    """A page of workflow summaries (no steps, no payloads), newest first."""
+    """A page of workflow summaries (no steps, no payloads), newest first; with
+    ``user_id``, that user's only (``ix_workflows_user_created``)."""
     query = select(
         workflows.c.workflow_id,
         workflows.c.session_id,
@@ -30,6 +32,8 @@ def list_workflows(
         workflows.c.created_at,
         workflows.c.finished_at,
     )
+    if user_id is not None:
+        query = query.where(workflows.c.user_id == user_id)
     if session_id is not None:
         query = query.where(workflows.c.session_id == session_id)
     if status is not None:

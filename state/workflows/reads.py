@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 
-from sqlalchemy import ColumnElement, Connection, Engine, func, or_, select, true
+from sqlalchemy import ColumnElement, Connection, Engine, func, select, true
 
 from state.clock import iso
 from state.documents import codec
 from state.documents.codec import Document
 from state.storage.db import read_connection
-from state.storage.tables import sessions, steps, workflows
+from state.storage.tables import steps, workflows
 from state.workflow import WorkflowStatus, WorkflowStepStatus
 from state.workflows.records import (
     Completion,
@@ -137,13 +137,20 @@ class WorkflowReads:
                 self._contexts.popitem(last=False)
         return dict(cached)
 
-    def status(self, workflow_id: str) -> str | None:
-        """The workflow's status (running, success, failed), or None if unknown."""
+    def status(self, workflow_id: str, user_id: str | None = None) -> str | None:
+        """The workflow's status (running, success, failed), or None if unknown (or not
+        ``user_id``'s)."""
         with read_connection(self.engine) as conn:
             status = conn.execute(
-                select(workflows.c.status).where(workflows.c.workflow_id == workflow_id)
+                select(workflows.c.status).where(
+                    workflows.c.workflow_id == workflow_id, visible_to(user_id)
+                )
             ).scalar()
         return None if status is None else str(status)
+
+    def document_owner_matches(self, workflow_id: str, user_id: str | None) -> bool:
+        """Whether the workflow exists and ``user_id`` (None: anyone) owns it."""
+        return self.status(workflow_id, user_id) is not None
 
     def spec_hash(self, workflow_id: str) -> str | None:
         """The fingerprint of the spec the workflow was started from."""
@@ -206,14 +213,9 @@ class WorkflowReads:
 
 
 def visible_to(user_id: str | None) -> ColumnElement[bool]:
-    """The workflows ``user_id`` may read (all of them if None): those of no session, and
-    those of a session of theirs. One naming a session that is not theirs (or not there)
-    reads as an unknown id."""
+    """The workflows ``user_id`` may read and change (all of them if None): those it owns
+    (``workflows.user_id``, written at creation and never changed). Any other reads as
+    an unknown id; a workflow of nobody (started by operator code) is the operator's."""
     if user_id is None:
         return true()
-    owner = (
-        select(sessions.c.user_id)
-        .where(sessions.c.session_id == workflows.c.session_id)
-        .scalar_subquery()
-    )
-    return or_(workflows.c.session_id.is_(None), owner == user_id)
+    return workflows.c.user_id == user_id

@@ -67,12 +67,24 @@ class WorkflowStore(WorkflowReads):
         return WorkflowStore(engine)
 
     def create(
-        self, wf: WorkflowState, approval_ttl_s: float = DEFAULT_APPROVAL_TTL_S
+        self,
+        wf: WorkflowState,
+        approval_ttl_s: float = DEFAULT_APPROVAL_TTL_S,
+        *,
+        user_id: str | None = None,
+        max_pending_approvals: int | None = None,
     ) -> list[Dispatch]:
         """Store a validated workflow (and its approval requests, told in its session's
-        log); return its root steps to dispatch."""
+        log) owned by its session's user or ``user_id`` (see ``insert_workflow``); return
+        its root steps to dispatch."""
         with self.engine.begin() as conn:
-            roots, asked = insert_workflow(conn, wf, approval_ttl_s=approval_ttl_s)
+            roots, asked = insert_workflow(
+                conn,
+                wf,
+                approval_ttl_s=approval_ttl_s,
+                user_id=user_id,
+                max_pending_approvals=max_pending_approvals,
+            )
             if wf.session_id:
                 log.append(conn, wf.session_id, asked)
             return roots
@@ -196,18 +208,30 @@ class WorkflowStore(WorkflowReads):
             require_one(result.rowcount, claimed)
         return claimed.revision + 1
 
-    def cancel_workflow(self, workflow_id: str) -> Finished | None:
-        """Cancel a running workflow in one transaction; None if it was not running. It
-        locks the workflow's row, then its open steps, where a step's success locks its
-        own rows first: after a deadlock between the two it runs again."""
-        return retried_on_conflict(partial(control.cancel, self.engine, workflow_id))
+    def cancel_workflow(self, workflow_id: str, user_id: str | None = None) -> Finished | None:
+        """Cancel a running workflow (``user_id``'s, if given) in one transaction; None if
+        it was not running. It locks the workflow's row, then its open steps, where a
+        step's success locks its own rows first: after a deadlock between the two it runs
+        again."""
+        return retried_on_conflict(partial(control.cancel, self.engine, workflow_id, user_id))
 
     def retry_workflow(
-        self, workflow_id: str, approval_ttl_s: float = DEFAULT_APPROVAL_TTL_S
+        self,
+        workflow_id: str,
+        approval_ttl_s: float = DEFAULT_APPROVAL_TTL_S,
+        user_id: str | None = None,
+        max_pending_approvals: int | None = None,
     ) -> list[Dispatch] | None:
-        """Reopen a failed or cancelled workflow in one transaction; return the steps ready
-        now, or None if it was neither (run again after a deadlock, as a cancel is)."""
-        reopen = partial(control.retry, self.engine, workflow_id, approval_ttl_s)
+        """Reopen a failed or cancelled workflow (``user_id``'s, if given) in one
+        transaction; return the steps ready now, or None if it was neither (run again
+        after a deadlock, as a cancel is)."""
+        reopen = partial(
+            control.retry,
+            self.engine,
+            workflow_id,
+            control.Asking(approval_ttl_s, max_pending_approvals),
+            user_id,
+        )
         return retried_on_conflict(reopen)
 
     def arm_timer(self, workflow_id: str, step_id: str, revision: int) -> float | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from state.ids import validate_id
 from tasks.cli import progress
-from tasks.cli.support import client, command, emit, group, reader
+from tasks.cli.support import as_user, client, command, emit, group, reader
 
 _COLUMNS = ("approval_id", "action", "args", "session_id", "workflow_id", "step_id", "expires_at")
 
@@ -30,6 +30,7 @@ def add_approval(sub: Any) -> None:
         decide.add_argument("approval_id", metavar="APPROVAL_ID")
         decide.add_argument("--by", required=True, metavar="NAME", help="who decides (kept)")
         decide.add_argument("--note", metavar="TEXT", help="why (kept with the decision)")
+        as_user(decide, "approval")
         decide.set_defaults(approve=approve)
 
 
@@ -43,7 +44,9 @@ def cmd_approval_list(args: argparse.Namespace) -> None:
 def cmd_approval_decide(args: argparse.Namespace) -> None:
     """Approve or reject an approval (the first decision wins; a second exits 2)."""
     validate_id(args.approval_id, "approval")
-    doc = client().decide(args.approval_id, args.approve, by=args.by, note=args.note)
+    doc = client().decide(
+        args.approval_id, args.approve, by=args.by, note=args.note, user_id=args.user
+    )
     text = f"{doc['approval_id']} {doc['decision']} by {doc['by']}"
     emit(args, doc, lambda: print(progress.printable(text)))
 

@@ -54,6 +54,7 @@ from tasks.cli.support import (
     EXIT_BAD_INPUT,
     EXIT_FAILURE,
     EXIT_OK,
+    as_user,
     client,
     command,
     database_label,
@@ -185,6 +186,7 @@ def _add_session(sub: Any) -> None:
     show.add_argument(
         "--revision", type=whole_number, metavar="N", help="the session as it was at revision N"
     )
+    as_user(show, "session")
     add_timeline(session_sub)
 
 
@@ -212,8 +214,10 @@ def _add_workflow(sub: Any) -> None:
     run.add_argument(
         "--timeout", type=positive_seconds, default=600.0, help="seconds to wait (600)"
     )
+    as_user(run, "session (the spec's session_id)")
     show = command(wf_sub, "show", cmd_workflow_show, f"show a workflow's steps; {_FAILED_EXITS_1}")
     show.add_argument("workflow_id", metavar="WORKFLOW_ID")
+    as_user(show, "workflow")
     add_workflow_control(wf_sub)
 
 
@@ -263,7 +267,7 @@ def cmd_send(args: argparse.Namespace) -> int:
 def cmd_session_show(args: argparse.Namespace) -> None:
     """Show a session (as it was at ``--revision``, if given)."""
     validate_id(args.session_id, "session")
-    doc = reader().get_session(args.session_id, revision=args.revision)
+    doc = reader().get_session(args.session_id, user_id=args.user, revision=args.revision)
     if doc is None:
         raise unknown("session", args.session_id)
     emit(args, doc, lambda: progress.print_session(doc))
@@ -288,7 +292,7 @@ def cmd_workflow_run(args: argparse.Namespace) -> int:
     """Start a workflow from a spec file."""
     spec = _read_spec(args.spec)
     agent = client()
-    workflow_id = agent.start_workflow(spec)
+    workflow_id = agent.start_workflow(spec, user_id=args.user)
     if not args.wait:
         emit(args, {"workflow_id": workflow_id}, lambda: print(workflow_id))
         return EXIT_OK
@@ -314,7 +318,7 @@ def _read_spec(path: str) -> Any:
 def cmd_workflow_show(args: argparse.Namespace) -> int:
     """Show a workflow."""
     validate_id(args.workflow_id, "workflow")
-    doc = reader().get_workflow(args.workflow_id)
+    doc = reader().get_workflow(args.workflow_id, user_id=args.user)
     if doc is None:
         raise unknown("workflow", args.workflow_id)
     return _show_workflow(args, doc)

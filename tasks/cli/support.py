@@ -250,6 +250,28 @@ def command(sub: Any, name: str, handler: Handler, help_text: str) -> argparse.A
     return parser
 
 
+def as_user(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--user USER_ID``: act as that user, to whom another user's ``what`` is unknown
+    (the client's ``user_id=``); without it the command line is the trusted operator."""
+    parser.add_argument(
+        "--user",
+        type=user_id,
+        metavar="USER_ID",
+        help=f"act as this user: another user's {what} is unknown (exit 2), nothing changed",
+    )
+
+
+def user_id(text: str) -> str:
+    """An argparse type: a valid user id."""
+    from state.errors import InvalidIdError
+    from state.ids import validate_id
+
+    try:
+        return validate_id(text, "user")
+    except InvalidIdError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def group(sub: Any, name: str, help_text: str) -> argparse.ArgumentParser:
     """A group of subcommands; named alone, it prints its own help."""
     parser: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)

@@ -63,7 +63,9 @@ class AgentClient(ApprovalControl, Timeline, Lifecycle):
         self.sessions = SessionStore.for_engine(
             self.backend.engine, self.backend.cache, self.backend.statements
         )
-        self.inbox = Inbox.for_engine(self.backend.engine, self.backend.statements)
+        self.inbox = Inbox.for_engine(
+            self.backend.engine, self.backend.statements, self.settings.max_queued_messages
+        )
         self.users = PersistentStateManager(
             self.backend.redis, self.backend.engine, settings=self.settings
         )
@@ -195,17 +197,23 @@ class AgentClient(ApprovalControl, Timeline, Lifecycle):
 
     # -- workflows -------------------------------------------------------------
 
-    def start_workflow(self, spec: Document) -> str:
+    def start_workflow(self, spec: Document, user_id: str | None = None) -> str:
         """Validate the whole spec (nothing is stored if it is bad), store it, start it.
 
         An action is known if this process registered it (AGENTSTATE_ACTION_MODULES) or a
-        worker published it when it started.
+        worker published it when it started. The workflow's owner is its session's user,
+        or ``user_id`` when it names no session. A ``session_id`` that does not exist, or
+        (``user_id`` given) is another user's, raises WorkflowSessionNotFoundError; asking
+        for more approvals than AGENTSTATE_MAX_PENDING_APPROVALS leaves raises
+        QuotaExceededError. Either way nothing is stored.
         """
+        if user_id is not None:
+            validate_id(user_id, "user")
         known = {*known_actions(self.settings.action_module_list), *self.served_actions.names()}
         wf = self.workflows.validate(spec, known)
         self._check_workers_database()
         try:
-            return self.workflows.start(wf)
+            return self.workflows.start(wf, user_id)
         except BrokerError as exc:
             # The workflow is stored; the recovery sweep dispatches its ready steps.
             logger.warning("enqueue failed, the sweep will retry: %s", redact_url(str(exc)))
@@ -214,8 +222,8 @@ class AgentClient(ApprovalControl, Timeline, Lifecycle):
     def get_workflow(self, workflow_id: str, user_id: str | None = None) -> Document | None:
         """The workflow with every step's status, outputs and retry count, or None.
 
-        With ``user_id``, a workflow of another user's session reads as None, like an
-        unknown id (a workflow of no session belongs to nobody and reads as usual).
+        With ``user_id``, a workflow that user does not own reads as None, like an
+        unknown id.
         """
         validate_id(workflow_id, "workflow")
         if user_id is not None:

@@ -34,11 +34,11 @@ from config import Settings, get_settings, redact_url
 from config.brokers import broker_for
 from state.documents import codec
 from state.documents.codec import Document, require_object
-from state.events.feed import whole_number
 from state.events.push import FALLBACK_POLL_S
 from state.ids import validate_id
 from state.machine import Phase
 from state.migrate import stamp
+from state.paging import whole_number
 from state.storage import keys
 from state.storage.async_db import bridged
 from state.storage.redis_client import CACHE_PUT

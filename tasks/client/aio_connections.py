@@ -62,7 +62,7 @@ class Connections:
         sync_engine = engine.sync_engine
         cache = NoCache(settings.cache_ttl)
         sessions = SessionStore(sync_engine, cache)
-        inbox = Inbox(sync_engine)
+        inbox = Inbox(sync_engine, settings.max_queued_messages)
         client = async_redis(settings.redis_url)
         feed = EventFeed(sync_engine, cache.redis, settings.events)
         users = PersistentStateManager(cache.redis, sync_engine, settings=settings)

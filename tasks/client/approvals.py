@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from state.approvals.desk import ApprovalDesk
-from state.approvals.rows import EXPIRED_BY, Decision
+from state.approvals.rows import RESERVED_BY, Decision, is_reserved_by
 from state.documents.codec import Document
 from state.errors import InvalidPayloadError
 from state.ids import validate_id
@@ -39,26 +39,42 @@ class ApprovalControl(RunControl):
             raise InvalidPayloadError("pending must be true or false")
         return self._desk.list(user_id, pending, MAX_LISTED)
 
-    def decide(self, approval_id: str, approve: bool, by: str, note: str | None = None) -> Document:
+    def decide(
+        self,
+        approval_id: str,
+        approve: bool,
+        by: str,
+        note: str | None = None,
+        user_id: str | None = None,
+    ) -> Document:
         """Approve or reject an approval; return it as decided.
 
         A turn waiting for it goes on at once (approved: to ``executing``, where its
         handler gets ``ctx.approval``; rejected: to ``generating``); a workflow step
         waiting for it runs, or ends ``failed`` with ``error == "rejected"`` and its
         dependents skipped. Raises ApprovalAlreadyDecidedError if it was decided already
-        (by a person, or ``"expired"``), NotFoundError for an unknown id.
+        (by a person, or ``"expired"``), ApprovalExpiredError at or after its
+        ``expires_at`` (the expiry is recorded), NotFoundError for an unknown id or, with
+        ``user_id``, another user's approval (nothing changed). ``by`` may not be one of
+        the system's markers (``"expired"``, ``"cancelled"``, ...).
         """
         validate_id(approval_id, "approval")
         if not isinstance(approve, bool):
             raise InvalidPayloadError("approve must be true or false")
-        return self._desk.decide(approval_id, Decision(approve, _by(by), _note(note)))
+        if user_id is not None:
+            validate_id(user_id, "user")
+        decision = Decision(approve, _by(by), _note(note))
+        return self._desk.decide(approval_id, decision, user_id)
 
 
 def _by(by: object) -> str:
     if not isinstance(by, str) or not by.strip() or len(by) > MAX_BY_CHARS or "\x00" in by:
         raise InvalidPayloadError(f"by must name who decides: 1-{MAX_BY_CHARS} characters")
-    if by.strip() == EXPIRED_BY:
-        raise InvalidPayloadError(f"by {EXPIRED_BY!r} is reserved for approvals that expired")
+    if is_reserved_by(by):
+        raise InvalidPayloadError(
+            f"by {by.strip()!r:.60} is reserved: the system records "
+            f"{', '.join(sorted(RESERVED_BY))} when nobody decided"
+        )
     return by.strip()
 
 

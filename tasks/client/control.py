@@ -67,35 +67,40 @@ class RunControl:
     def _interventions(self) -> TurnInterventions:
         return TurnInterventions(TurnServices.build(self.backend, self.dispatcher, known_actions))
 
-    def cancel_turn(self, session_id: str) -> bool:
+    def cancel_turn(self, session_id: str, user_id: str | None = None) -> bool:
         """End the session's running turn now.
 
         The session rests again (``idle``) with one assistant message whose
         ``metadata.kind`` is ``"cancelled"``; a handler still running has its result
         refused; a workflow the turn waits on is cancelled too; messages queued after it
-        still run. Returns False when no turn was running.
+        still run. Returns False when no turn was running. With ``user_id``, another
+        user's session raises NotFoundError, as an unknown id does, and is not touched.
         """
         validate_id(session_id, "session")
-        return self._interventions.cancel_turn(session_id)
+        _check_user(user_id)
+        return self._interventions.cancel_turn(session_id, user_id)
 
-    def cancel_workflow(self, workflow_id: str) -> Document:
+    def cancel_workflow(self, workflow_id: str, user_id: str | None = None) -> Document:
         """Cancel a running workflow: its status becomes ``cancelled``, every step not yet
         terminal ends ``skipped`` with ``error == "cancelled"``, and nothing of it runs
-        afterwards. Returns the workflow."""
-        self._require_status(workflow_id, {WorkflowStatus.RUNNING}, "cancel")
-        if not self.workflows.cancel(workflow_id):
-            self._require_status(workflow_id, {WorkflowStatus.RUNNING}, "cancel")
-        return self._workflow(workflow_id)
+        afterwards. Returns the workflow. With ``user_id``, another user's workflow
+        raises NotFoundError (the owner is guarded by the cancelling UPDATE itself)."""
+        running = {WorkflowStatus.RUNNING}
+        self._require_status(workflow_id, running, "cancel", user_id)
+        if not self.workflows.cancel(workflow_id, user_id):
+            self._require_status(workflow_id, running, "cancel", user_id)
+        return self._workflow(workflow_id, user_id)
 
-    def retry_workflow(self, workflow_id: str) -> Document:
+    def retry_workflow(self, workflow_id: str, user_id: str | None = None) -> Document:
         """Run a ``failed`` or ``cancelled`` workflow again from where it stopped: failed
         and skipped steps go back to ``pending`` (``retry_count`` 0), successful steps keep
-        their outputs and never run again. Returns the workflow."""
+        their outputs and never run again. Returns the workflow. With ``user_id``,
+        another user's workflow raises NotFoundError."""
         retryable = {WorkflowStatus.FAILED, WorkflowStatus.CANCELLED}
-        self._require_status(workflow_id, retryable, "retry")
-        if not self.workflows.retry(workflow_id):
-            self._require_status(workflow_id, retryable, "retry")
-        return self._workflow(workflow_id)
+        self._require_status(workflow_id, retryable, "retry", user_id)
+        if not self.workflows.retry(workflow_id, user_id):
+            self._require_status(workflow_id, retryable, "retry", user_id)
+        return self._workflow(workflow_id, user_id)
 
     def list_sessions(
         self,
@@ -120,27 +125,47 @@ class RunControl:
         status: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        user_id: str | None = None,
     ) -> Document:
-        """Workflows newest first: ``{"items": [...], "next_cursor": str | None}``."""
+        """Workflows newest first: ``{"items": [...], "next_cursor": str | None}``; with
+        ``user_id``, only the workflows that user owns."""
         if session_id is not None:
             validate_id(session_id, "session")
+        _check_user(user_id)
         if status is not None and status not in set(WorkflowStatus):
             raise InvalidPayloadError(f"status must be one of {', '.join(WorkflowStatus)}")
         page = list_workflows(
-            self.backend.engine, session_id=session_id, status=status, limit=limit, cursor=cursor
+            self.backend.engine,
+            session_id=session_id,
+            status=status,
+            limit=limit,
+            cursor=cursor,
+            user_id=user_id,
         )
         return page.as_dict()
 
-    def _require_status(self, workflow_id: str, allowed: set[WorkflowStatus], verb: str) -> None:
+    def _require_status(
+        self,
+        workflow_id: str,
+        allowed: set[WorkflowStatus],
+        verb: str,
+        user_id: str | None = None,
+    ) -> None:
         validate_id(workflow_id, "workflow")
-        status = self.workflows.store.status(workflow_id)
+        _check_user(user_id)
+        status = self.workflows.store.status(workflow_id, user_id)
         if status is None:
             raise NotFoundError(f"unknown workflow {workflow_id!r}")
         if status not in allowed:
             raise RunStateError(f"workflow {workflow_id} is {status}: nothing to {verb}")
 
-    def _workflow(self, workflow_id: str) -> Document:
-        doc = self.workflows.store.document(workflow_id)
+    def _workflow(self, workflow_id: str, user_id: str | None = None) -> Document:
+        doc = self.workflows.store.document(workflow_id, user_id)
         if doc is None:
             raise NotFoundError(f"unknown workflow {workflow_id!r}")
         return doc
+
+
+def _check_user(user_id: str | None) -> None:
+    if user_id is not None:
+        validate_id(user_id, "user")

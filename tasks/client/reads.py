@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 from state.documents.codec import Document
 from state.errors import NotFoundError
-from state.events.feed import EventFeed, whole_number
+from state.events.feed import EventFeed
 from state.machine import WAITING_PHASES
+from state.paging import whole_number
 from state.sessions.inbox import Inbox
 from state.sessions.store import SessionStore, check_page_argument
 from state.workflows.reads import WorkflowReads

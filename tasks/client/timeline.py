@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from config import Settings
 from state.documents.codec import Document
 from state.errors import InvalidPayloadError
-from state.events.feed import EventFeed, whole_number
+from state.events.feed import EventFeed
 from state.events.fork import fork_session
 from state.ids import validate_id
-from state.paging import check_limit
+from state.paging import check_limit, whole_number
 from state.storage.backend import Backend
 
 

@@ -111,7 +111,7 @@ def test_bad_input_exits_2_with_one_line(cli: Settings) -> None:
     assert_one_line_error(run(cli, "session", "show", uid("nobody")), 2, "unknown session")
     assert_one_line_error(run(cli, "session", "show", "bad id!"), 2, "invalid session id")
     assert_one_line_error(
-        run(cli, "send", session_id, "hi", "--user", "intruder"), 2, "another user"
+        run(cli, "send", session_id, "hi", "--user", "intruder"), 2, "unknown session"
     )
     assert_one_line_error(run(cli, "send", session_id, "x" * 70000, "--user", "owner"), 2, "bytes")
     assert_one_line_error(run(cli, "workflow", "show", uid("nowf")), 2, "unknown workflow")

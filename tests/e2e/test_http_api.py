@@ -158,7 +158,6 @@ def test_another_users_session_reads_exactly_as_an_unknown_one(
     assert api.client("*").get(f"/v1/sessions/{session_id}").status_code == 200
 
 
-@pytest.mark.needs_tenancy
 def test_writes_to_another_users_objects_answer_404_and_change_nothing(
     api: Api, agent: AgentClient
 ) -> None:

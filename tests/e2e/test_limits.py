@@ -13,7 +13,12 @@ import redis
 from sqlalchemy import func, select
 
 from config import Settings
-from state.errors import BadInputError, NotFoundError, WorkflowSpecError
+from state.errors import (
+    BadInputError,
+    NotFoundError,
+    WorkflowSessionNotFoundError,
+    WorkflowSpecError,
+)
 from state.storage import keys
 from state.storage.tables import steps, workflows
 from tasks.cli.progress import WorkflowWatcher
@@ -313,10 +318,15 @@ def test_a_workflow_of_another_users_session_reads_as_an_unknown_one(
     assert client.get_workflow(workflow_id, user_id=mallory) is None
     with pytest.raises(NotFoundError, match=f"unknown workflow '{workflow_id}'"):
         client.wait_for_workflow(workflow_id, timeout=1, user_id=mallory)
-    # A workflow of no session belongs to no user: whoever knows its id may read it.
+    # A workflow of no session is its starter's: the operator's (nobody's) is no user's
+    # to read, mallory's own is hers.
     loose = client.start_workflow({"steps": [_step("a")]})
-    assert client.wait_for_workflow(loose, timeout=60, user_id=mallory)["status"] == "success"
-    # One that names a session nobody owns yet is nobody's to read.
-    orphan = client.start_workflow({"session_id": uid("s"), "steps": [_step("a")]})
-    client.wait_for_workflow(orphan, timeout=60)
-    assert client.get_workflow(orphan, user_id=mallory) is None
+    assert client.wait_for_workflow(loose, timeout=60)["status"] == "success"
+    assert client.get_workflow(loose, user_id=mallory) is None
+    own = client.start_workflow({"steps": [_step("a")]}, user_id=mallory)
+    assert client.wait_for_workflow(own, timeout=60, user_id=mallory)["status"] == "success"
+    # One that names a session that does not exist is refused, nothing stored.
+    orphan = {"workflow_id": uid("wf"), "session_id": uid("s"), "steps": [_step("a")]}
+    with pytest.raises(WorkflowSessionNotFoundError):
+        client.start_workflow(orphan)
+    assert client.get_workflow(orphan["workflow_id"]) is None

@@ -451,9 +451,24 @@ def test_missing_step_id() -> None:
         parse_spec(spec({"action": "echo"}))
 
 
-@pytest.mark.parametrize("good_id", ["a", "x" * 128, "A.b_c:d-9", "0", "..."])
+@pytest.mark.parametrize("good_id", ["a", "x" * 128, "A.b_c-9", "0", "..."])
 def test_valid_step_ids(good_id: str) -> None:
     assert list(parse_spec(spec(step(good_id))).steps) == [good_id]
+
+
+@pytest.mark.parametrize("bad_id", ["A.b_c:d-9", ":", "067b40:charge", "a:"])
+def test_step_ids_may_not_contain_a_colon(bad_id: str) -> None:
+    # "{workflow_id}:{step_id}" is a step's idempotency key: with a ':' in step ids,
+    # workflow "p:067b40" step "charge" and workflow "p" step "067b40:charge" would share it.
+    with pytest.raises(WorkflowSpecError, match="may not contain ':'"):
+        parse_spec(spec(step(bad_id)))
+
+
+def test_the_step_key_names_one_step() -> None:
+    from state.ids import step_key
+
+    assert step_key("p:067b40", "charge") == "p:067b40:charge"
+    assert step_key("p:067b40", "charge").rsplit(":", 1) == ["p:067b40", "charge"]
 
 
 def test_duplicate_step_ids() -> None:
