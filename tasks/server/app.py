@@ -23,9 +23,10 @@ from fastapi.staticfiles import StaticFiles
 from config import Settings, get_settings
 from state.storage.backend import Backend
 from tasks.cli.support import DISTRIBUTION
+from tasks.client.aio import AsyncAgentClient
 from tasks.server import errors
 from tasks.server.auth import KeyTable, caller
-from tasks.server.backend import ThreadedClient, open_client
+from tasks.server.backend import open_client
 from tasks.server.guards import BodyLimit, SecurityHeaders, TimeLimit
 from tasks.server.models import ErrorOut
 from tasks.server.routes import approvals, health, sessions, users, workflows
@@ -56,7 +57,7 @@ def _version() -> str:
         return "0"
 
 
-def create_app(settings: Settings | None = None, client: ThreadedClient | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, client: AsyncAgentClient | None = None) -> FastAPI:
     """The service for ``settings`` (default: the environment's)."""
     settings = settings or get_settings()
 
@@ -65,7 +66,7 @@ def create_app(settings: Settings | None = None, client: ThreadedClient | None =
         app.state.loop = asyncio.get_running_loop()
         app.state.draining = anyio.Event()
         yield
-        await app.state.client.close()
+        await app.state.client.aclose()
 
     app = FastAPI(
         title="agentstate",

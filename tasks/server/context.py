@@ -9,8 +9,8 @@ from fastapi import Depends, Path, Request
 
 from config import Settings
 from state.errors import NotFoundError
+from tasks.client.aio import AsyncAgentClient
 from tasks.server.auth import Caller, caller
-from tasks.server.backend import ThreadedClient
 from tasks.server.models import ID_PATTERN
 
 Who = Annotated[Caller, Depends(caller)]
@@ -20,9 +20,9 @@ ApprovalId = Annotated[str, Path(pattern=ID_PATTERN, description="an approval id
 UserId = Annotated[str, Path(pattern=ID_PATTERN, description="a user id")]
 
 
-def client_of(request: Request) -> ThreadedClient:
+def client_of(request: Request) -> AsyncAgentClient:
     """The process's client (see ``tasks.server.backend``)."""
-    client: ThreadedClient = request.app.state.client
+    client: AsyncAgentClient = request.app.state.client
     return client
 
 
@@ -31,7 +31,7 @@ def settings_of(request: Request) -> Settings:
     return settings
 
 
-Client = Annotated[ThreadedClient, Depends(client_of)]
+Client = Annotated[AsyncAgentClient, Depends(client_of)]
 Config = Annotated[Settings, Depends(settings_of)]
 
 
