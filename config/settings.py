@@ -117,6 +117,15 @@ class Settings(BaseSettings):
     max_recoveries: int = Field(3, ge=1)
     auto_migrate: bool = True
     queue: str = "agentstate"
+    user_step_concurrency: int = Field(
+        4,
+        ge=0,
+        description=(
+            "Workflow steps of one user sent to the broker or running at once; that "
+            "user's other ready steps wait in the database and are released as these "
+            "finish (0: no cap)."
+        ),
+    )
     baseline_tasks: bool = False
     # Per engine, and each process has two (one in autocommit mode): see the README.
     db_pool_size: int = Field(5, ge=1)
@@ -140,6 +149,13 @@ class Settings(BaseSettings):
     stream_heartbeat: float = Field(15.0, gt=0)
     stream_max_seconds: float = Field(900.0, gt=0)
     max_streams: int = Field(1000, ge=1)
+
+    @property
+    def step_queue(self) -> str:
+        """The broker queue of workflow steps: turns have a queue of their own, so that
+        they never wait behind steps; a plain worker consumes both, turns first (sorted:
+        this name sorts after the turns' queue's)."""
+        return f"{self.queue}{STEP_QUEUE_SUFFIX}"
 
     @field_validator("agent", "queue")
     @classmethod
@@ -230,6 +246,7 @@ URL_FIELDS = ("redis_url", "broker_url", "database_url")
 # Values that may come from a file (FIELD_file) and then never travel in the environment.
 SECRET_FIELDS = (*URL_FIELDS, "api_keys")
 MIN_TIME_LIMIT_S = 360.0
+STEP_QUEUE_SUFFIX = ".steps"
 TIME_LIMIT_GRACE_S = 60.0
 
 
