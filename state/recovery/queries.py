@@ -19,6 +19,7 @@ from state.storage.db import read_connection
 from state.storage.tables import inbox, sessions, steps
 from state.workflow import WorkflowStepStatus
 from state.workflows.guards import step_at
+from state.workflows.records import PENDING_APPROVAL
 
 # -- sessions ------------------------------------------------------------------
 
@@ -136,10 +137,15 @@ def stuck_steps(engine: Engine, cutoff: datetime, limit: int) -> list[tuple[str,
     expired_lease = and_(
         steps.c.status == WorkflowStepStatus.RUNNING, steps.c.lease_expires_at < time.time()
     )
+    # (One waiting for its approval owes no worker anything: the decision sends it.)
     forgotten = and_(
         steps.c.updated_at < cutoff,
         or_(
-            and_(steps.c.status == WorkflowStepStatus.PENDING, steps.c.remaining_deps == 0),
+            and_(
+                steps.c.status == WorkflowStepStatus.PENDING,
+                steps.c.remaining_deps == 0,
+                or_(steps.c.approval.is_(None), steps.c.approval != PENDING_APPROVAL),
+            ),
             steps.c.status == WorkflowStepStatus.RETRYING,
         ),
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy import Connection, Engine, or_, select, update
 
 from state.approvals import rows as approval_rows
 from state.clock import utcnow
@@ -114,7 +114,10 @@ def retry_in(conn: Connection, workflow_id: str, approval_ttl_s: float) -> list[
     )
     ready = conn.execute(
         select(steps.c.step_id, steps.c.revision).where(
-            steps.c.workflow_id == workflow_id, steps.c.step_id.in_(by_count.get(0, []))
+            steps.c.workflow_id == workflow_id,
+            steps.c.step_id.in_(by_count.get(0, [])),
+            # One asked about again is sent when it is decided, not before.
+            or_(steps.c.approval.is_(None), steps.c.approval != PENDING_APPROVAL),
         )
     )
     return [(r[0], int(r[1])) for r in ready]

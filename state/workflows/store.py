@@ -36,6 +36,7 @@ from state.workflows.guards import (
 from state.workflows.reads import CLAIM_COLUMNS, WorkflowReads
 from state.workflows.records import (
     APPROVED,
+    PENDING_APPROVAL,
     REJECTED,
     ClaimedStep,
     Completion,
@@ -325,10 +326,16 @@ class WorkflowStore(WorkflowReads):
                 steps.c.status,
                 steps.c.revision,
                 steps.c.action,
+                steps.c.approval,
             )
         )
         pending = WorkflowStepStatus.PENDING
-        return [(r[0], int(r[3]), r[4]) for r in rows if r[1] == 0 and r[2] == pending]
+        # One that waits for its approval is sent when it is decided, not before.
+        return [
+            (r[0], int(r[3]), r[4])
+            for r in rows
+            if r[1] == 0 and r[2] == pending and r[5] != PENDING_APPROVAL
+        ]
 
     def _skip_downstream(self, conn: Connection, workflow_id: str, roots: list[str]) -> int:
         downstream = self._downstream(conn, workflow_id, roots)

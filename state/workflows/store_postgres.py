@@ -140,7 +140,8 @@ SELECT (SELECT count(*) FROM s),
   (SELECT coalesce(json_agg(json_build_array(d.step_id, d.revision, d.action,
        CASE WHEN length(c.carried) <= {carry_max} THEN c.carried END)), '[]'::json)::text
      FROM d CROSS JOIN LATERAL (SELECT {carry} AS carried) AS c
-     WHERE d.remaining_deps = 0 AND d.status = 'pending'),
+     WHERE d.remaining_deps = 0 AND d.status = 'pending'
+       AND (d.approval IS NULL OR d.approval = 'approved')),
   (SELECT row_to_json(w)::text FROM w)"""
 _UNCLAIMED = {"guard": "IN ('pending', 'retrying')", "started": "started_at = %(now)s,"}
 
