@@ -118,7 +118,7 @@ class Settings(BaseSettings):
     auto_migrate: bool = True
     queue: str = "agentstate"
     user_step_concurrency: int = Field(
-        4,
+        2,
         ge=0,
         description=(
             "Workflow steps of one user sent to the broker or running at once; that "

@@ -100,6 +100,11 @@ class SessionRow(Base):
     last_task_id: Mapped[str | None] = mapped_column(String(255))
     deadline_at: Mapped[float | None] = mapped_column(Float)
     recoveries: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    # The sweep's re-sends of the turn at one revision, and when it may send it again
+    # (backing off: merely queued work is not multiplied; migration 0014).
+    resent_revision: Mapped[int | None] = mapped_column(BigInteger)
+    resends: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    resend_at: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
@@ -130,6 +135,8 @@ class MessageRow(Base):
 
 # (A module constant: inside InboxRow, ``text`` is the column.)
 _QUEUED = text("state = 'queued'")
+_RUNNING = text("status = 'running'")
+_WAITING = text("waiting_since IS NOT NULL")
 
 
 class InboxRow(Base):
@@ -221,6 +228,14 @@ class StepRow(Base):
     max_retries: Mapped[int] = mapped_column(Integer, nullable=False)
     revision: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     recoveries: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    # Fair share (migration 0014): the workflow's owner ("" for none), and since when a
+    # ready step waits for one of its owner's AGENTSTATE_USER_STEP_CONCURRENCY slots.
+    owner: Mapped[str] = mapped_column(ID, nullable=False, server_default="")
+    waiting_since: Mapped[float | None] = mapped_column(Float)
+    # The sweep's re-sends at one revision, and when it may send again (as for sessions).
+    resent_revision: Mapped[int | None] = mapped_column(BigInteger)
+    resends: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    resend_at: Mapped[float | None] = mapped_column(Float)
     error: Mapped[str | None] = mapped_column(Text)
     lease_expires_at: Mapped[float | None] = mapped_column(Float)
     last_task_id: Mapped[str | None] = mapped_column(String(255))
@@ -230,6 +245,20 @@ class StepRow(Base):
 
     __table_args__ = (
         Index("ix_steps_status_updated", "status", "updated_at"),
+        # An owner's running steps (counted by a claim) and waiting ones (oldest first).
+        Index(
+            "ix_steps_owner_running",
+            "owner",
+            postgresql_where=_RUNNING,
+            sqlite_where=_RUNNING,
+        ),
+        Index(
+            "ix_steps_owner_waiting",
+            "owner",
+            "waiting_since",
+            postgresql_where=_WAITING,
+            sqlite_where=_WAITING,
+        ),
         # Room for a dependent's countdown to be a HOT update (migration 0008).
         {"postgresql_with": {"fillfactor": 80}},
     )

@@ -53,7 +53,7 @@ def insert_workflow(
             updated_at=now,
         )
     )
-    rows = [step_row(wf.workflow_id, step, now) for step in wf.steps.values()]
+    rows = [step_row(wf.workflow_id, step, now, user_id) for step in wf.steps.values()]
     for start in range(0, len(rows), _INSERT_BATCH):
         conn.execute(insert(steps), rows[start : start + _INSERT_BATCH])
     # A step that waits for its approval is sent when it is decided, not before.

@@ -26,6 +26,7 @@ from state.events.push import Notifier
 from state.machine import Phase
 from state.ticker import Ticker
 from state.workflow import SpecLimits, WorkflowState, parse_spec
+from state.workflows import fairshare
 from state.workflows.records import ClaimedStep, Completion, Leftover, carried_step
 from state.workflows.retries import retry_delay_s, retryable
 from state.workflows.store import WorkflowStore
@@ -63,6 +64,7 @@ class WorkflowEngine:
         self.actions = actions
         self.settings = settings
         self.notifier = notifier
+        self.share = fairshare.FairShare(store.engine, dispatcher, settings.user_step_concurrency)
 
     def validate(self, spec: object, known_actions: Iterable[str]) -> WorkflowState:
         """The workflow a spec describes, fully checked; nothing is stored."""
@@ -130,9 +132,15 @@ class WorkflowEngine:
             if quick is not None:
                 return quick
         lease_s = self.settings.stuck_after
-        claimed = self.store.claim(workflow_id, step_id, revision, lease_s, task_id)
+        cap = self.settings.user_step_concurrency
+        claimed = self.store.claim(workflow_id, step_id, revision, lease_s, task_id, cap=cap)
         if claimed is None:
             if self._wait_for_timer(workflow_id, step_id, revision):
+                return "waiting"
+            if cap and fairshare.park(self.store.engine, workflow_id, step_id, revision):
+                # Over its owner's share: it waits in the database, holding nothing, until
+                # one of the owner's running steps finishes (and releases it).
+                self.share.release(workflow_id)  # in case the last one finished meanwhile
                 return "waiting"
             left = self.store.leftover(workflow_id, step_id, task_id) if task_id else None
             if left is None:
@@ -142,7 +150,10 @@ class WorkflowEngine:
                 self._finish_leftover(workflow_id, step_id, left)
                 return "resumed"
             claimed = left.claimed
-        return self._run_claimed(replace(claimed, task_id=task_id), lease_s)
+        outcome = self._run_claimed(replace(claimed, task_id=task_id), lease_s)
+        if cap:  # its slot is free (a lost worker's is freed by the sweep's release)
+            self.share.release(workflow_id)
+        return outcome
 
     def _run_quick(
         self,
@@ -190,6 +201,7 @@ class WorkflowEngine:
             # A failed attempt counts under a claim, like any other step's.
             logger.info("step %s/%s raised %r", workflow_id, step_id, exc)
             lease_s = self.settings.stuck_after
+            # Uncapped: the failed attempt must count, whatever the owner's share.
             claimed = self.store.claim(workflow_id, step_id, revision, lease_s, task_id)
             if claimed is None:
                 return "duplicate"

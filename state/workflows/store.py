@@ -26,6 +26,7 @@ from state.storage.tables import steps, workflows
 from state.workflow import WorkflowState, WorkflowStatus, WorkflowStepStatus
 from state.workflows import control
 from state.workflows.creation import insert_workflow
+from state.workflows.fairshare import under_cap
 from state.workflows.guards import (
     awaiting,
     claim_guard,
@@ -87,9 +88,12 @@ class WorkflowStore(WorkflowReads):
         revision: int,
         lease_s: float,
         task_id: str | None = None,
+        *,
+        cap: int = 0,
     ) -> ClaimedStep | None:
         """Mark the step running if it is still at ``revision`` and runnable now (its
-        timer, if any, has run out); None if not (a duplicate, or not due yet)."""
+        timer, if any, has run out, and its owner runs fewer than ``cap`` steps; 0: no
+        cap); None if not (a duplicate, not due yet, or over its owner's share)."""
         now = time.time()
         with self.engine.begin() as conn:
             row = conn.execute(
@@ -100,6 +104,7 @@ class WorkflowStore(WorkflowReads):
                     steps.c.remaining_deps == 0,
                     or_(steps.c.not_before_s.is_(None), steps.c.ready_at <= now),
                     or_(steps.c.approval.is_(None), steps.c.approval == APPROVED),
+                    under_cap(cap),
                 )
                 .values(
                     status=WorkflowStepStatus.RUNNING,

@@ -59,6 +59,9 @@ WITH c AS (
     AND status IN ('pending', 'retrying', 'running') AND remaining_deps = 0
     AND (not_before_s IS NULL OR ready_at <= %(clock)s)
     AND (approval IS NULL OR approval = 'approved')
+    AND (%(cap)s <= 0 OR owner = '' OR status = 'running'
+         OR (SELECT count(*) FROM workflow_steps r
+              WHERE r.owner = workflow_steps.owner AND r.status = 'running') < %(cap)s)
   RETURNING action, inputs, dependencies, dependents, retry_count, max_retries, timeout_s
 )"""
 CLAIM = "".join((_CLAIM_UPDATE, _STEP_WITH_DEPS, "\nFROM c"))
@@ -226,9 +229,11 @@ class PostgresWorkflowStore(WorkflowStore):
         revision: int,
         lease_s: float,
         task_id: str | None = None,
+        *,
+        cap: int = 0,
     ) -> ClaimedStep | None:
-        """Mark the step running if it is still at ``revision``; the dependencies'
-        outputs come back with the claim."""
+        """Mark the step running if it is still at ``revision`` (and its owner runs
+        fewer than ``cap`` steps); the dependencies' outputs come back with the claim."""
         clock = time.time()
         params = {
             "workflow_id": workflow_id,
@@ -238,6 +243,7 @@ class PostgresWorkflowStore(WorkflowStore):
             "clock": clock,
             "lease": clock + lease_s,
             "task_id": task_id,
+            "cap": cap,
         }
         row = prepared.first(self.statements.rows(self.autocommit, [(_CLAIM, params)]))
         return None if row is None else _claimed(workflow_id, step_id, revision + 1, row)
