@@ -133,7 +133,11 @@ class WorkflowEngine:
                 return quick
         lease_s = self.settings.stuck_after
         cap = self.settings.user_step_concurrency
-        claimed = self.store.claim(workflow_id, step_id, revision, lease_s, task_id, cap=cap)
+        owner = self.share.owner(workflow_id) if cap else ""
+        cap = cap if owner else 0  # a workflow of no owner (the operator's) is not capped
+        claimed = self.store.claim(
+            workflow_id, step_id, revision, lease_s, task_id, cap=cap, owner=owner
+        )
         if claimed is None:
             if self._wait_for_timer(workflow_id, step_id, revision):
                 return "waiting"

@@ -22,7 +22,7 @@ from sqlalchemy.orm import aliased
 
 from state.clock import utcnow
 from state.dispatch import Dispatcher
-from state.storage.db import is_postgres, read_connection
+from state.storage.db import read_connection
 from state.storage.tables import steps, workflows
 from state.workflow import WorkflowStepStatus
 from state.workflows.guards import step_at
@@ -47,14 +47,21 @@ class FairShare:
         self.cap = cap
         self._owners: dict[str, str] = {}  # workflow id -> owner (it never changes)
 
-    def release(self, workflow_id: str) -> list[Released]:
-        """Send the steps of the workflow's owner that now have room; return them."""
+    def owner(self, workflow_id: str) -> str:
+        """The workflow's owner ("" for none), remembered."""
         owner = self._owners.get(workflow_id)
         if owner is None:
             owner = owner_of(self.engine, workflow_id)
             if len(self._owners) >= OWNERS_CACHED:
                 self._owners.clear()
             self._owners[workflow_id] = owner
+        return owner
+
+    def release(self, workflow_id: str) -> list[Released]:
+        """Send the steps of the workflow's owner that now have room; return them."""
+        owner = self.owner(workflow_id)
+        if not owner or self.cap <= 0:
+            return []  # no owner: not capped, nothing parked
         return self.send(release(self.engine, owner, self.cap))
 
     def release_all(self) -> list[Released]:
@@ -85,6 +92,13 @@ def under_cap(cap: int) -> ColumnElement[bool]:
     return or_(steps.c.owner == "", steps.c.status == WorkflowStepStatus.RUNNING, running < cap)
 
 
+def lock_owner(conn: Connection, owner: str) -> None:
+    """Take ``owner``'s fair-share lock for the rest of ``conn``'s transaction (Postgres;
+    SQLite has one writer at a time anyway): claims and releases count in turn."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"steps:{owner}"))))
+
+
 def park(engine: Engine, workflow_id: str, step_id: str, revision: int) -> bool:
     """Mark a ready step at ``revision`` as waiting for its owner's share; False if it is
     not ready and runnable at that revision (a duplicate, or not due)."""
@@ -110,8 +124,7 @@ def release(engine: Engine, owner: str, cap: int) -> list[Released]:
     if cap <= 0:
         return []
     with engine.begin() as conn:
-        if is_postgres(engine):  # one owner's releases one at a time
-            conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"steps:{owner}"))))
+        lock_owner(conn, owner)
         room = cap - _running_count(conn, owner)
         if room <= 0:
             return []

@@ -26,7 +26,7 @@ from state.storage.tables import steps, workflows
 from state.workflow import WorkflowState, WorkflowStatus, WorkflowStepStatus
 from state.workflows import control
 from state.workflows.creation import insert_workflow
-from state.workflows.fairshare import under_cap
+from state.workflows.fairshare import lock_owner, under_cap
 from state.workflows.guards import (
     awaiting,
     claim_guard,
@@ -90,12 +90,15 @@ class WorkflowStore(WorkflowReads):
         task_id: str | None = None,
         *,
         cap: int = 0,
+        owner: str = "",
     ) -> ClaimedStep | None:
         """Mark the step running if it is still at ``revision`` and runnable now (its
-        timer, if any, has run out, and its owner runs fewer than ``cap`` steps; 0: no
-        cap); None if not (a duplicate, not due yet, or over its owner's share)."""
+        timer, if any, has run out, and its ``owner`` runs fewer than ``cap`` steps; 0:
+        no cap); None if not (a duplicate, not due yet, or over its owner's share)."""
         now = time.time()
         with self.engine.begin() as conn:
+            if cap and owner:  # one claim per owner at a time: the count holds
+                lock_owner(conn, owner)
             row = conn.execute(
                 update(steps)
                 .where(

@@ -231,9 +231,16 @@ class PostgresWorkflowStore(WorkflowStore):
         task_id: str | None = None,
         *,
         cap: int = 0,
+        owner: str = "",
     ) -> ClaimedStep | None:
         """Mark the step running if it is still at ``revision`` (and its owner runs
         fewer than ``cap`` steps); the dependencies' outputs come back with the claim."""
+        if cap and owner:
+            # A capped claim counts the owner's running steps under the owner's lock, in
+            # a transaction of its own (the portable claim): two at once cannot both fit.
+            return super().claim(
+                workflow_id, step_id, revision, lease_s, task_id, cap=cap, owner=owner
+            )
         clock = time.time()
         params = {
             "workflow_id": workflow_id,
