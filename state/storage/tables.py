@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     ColumnElement,
     DateTime,
     Dialect,
@@ -19,6 +20,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
     cast,
+    false,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -232,6 +234,9 @@ class StepRow(Base):
     # ready step waits for one of its owner's AGENTSTATE_USER_STEP_CONCURRENCY slots.
     owner: Mapped[str] = mapped_column(ID, nullable=False, server_default="")
     waiting_since: Mapped[float | None] = mapped_column(Float)
+    # A quick root held back at its workflow's start (beyond its owner's window): each
+    # finished step of the owner hands one over.
+    held: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=false())
     # The sweep's re-sends at one revision, and when it may send again (as for sessions).
     resent_revision: Mapped[int | None] = mapped_column(BigInteger)
     resends: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")

@@ -85,7 +85,8 @@ class WorkflowEngine:
                 f"workflow {wf.workflow_id!r} already exists with another spec; "
                 "use a new workflow_id"
             ) from exc
-        for step_id, revision in roots:
+        quick = {sid for sid, step in wf.steps.items() if is_quick(self.actions(step.action))}
+        for step_id, revision in self.share.window(wf.workflow_id, roots, quick):
             self.dispatcher.step(wf.workflow_id, step_id, revision)
         return wf.workflow_id
 
@@ -407,6 +408,7 @@ class WorkflowEngine:
         for step_id, revision in completion.ready:
             carried = self._worth_carrying(completion, step_id)
             self.dispatcher.step(completion.workflow_id, step_id, revision, carried=carried)
+        self.share.hand_over(completion.workflow_id)  # its place to a held step, if any
         finished = completion.finished
         if finished and self.notifier is not None:
             self.notifier.workflow(finished.workflow_id)

@@ -32,6 +32,10 @@ Released = tuple[str, str, int]  # (workflow_id, step_id, revision) to send
 # How many owners one sweep releases for, and how many steps per owner at most.
 RELEASE_OWNERS = 500
 
+# A workflow of an owner sends at most cap x WINDOW_PER_SLOT of its quick roots at its
+# start; the others are held in the database and handed over as the owner's steps finish.
+WINDOW_PER_SLOT = 16
+HOLD_BATCH = 1000
 # Workflow owners remembered per process (then forgotten all at once: a cheap bound).
 OWNERS_CACHED = 10_000
 
@@ -63,6 +67,25 @@ class FairShare:
         if not owner or self.cap <= 0:
             return []  # no owner: not capped, nothing parked
         return self.send(release(self.engine, owner, self.cap))
+
+    def window(
+        self, workflow_id: str, roots: list[tuple[str, int]], quick: set[str]
+    ) -> list[tuple[str, int]]:
+        """The roots to send now: all but the ``quick`` ones beyond the owner's window,
+        which are held (quick steps claim nothing, so the claim's cap cannot hold them)."""
+        owner = self.owner(workflow_id) if self.cap > 0 else ""
+        limit = self.cap * WINDOW_PER_SLOT
+        quick_roots = [step_id for step_id, _ in roots if step_id in quick]
+        if not owner or len(quick_roots) <= limit:
+            return roots
+        held = set(quick_roots[limit:])
+        hold(self.engine, workflow_id, sorted(held))
+        return [(step_id, revision) for step_id, revision in roots if step_id not in held]
+
+    def hand_over(self, workflow_id: str) -> list[Released]:
+        """A step of the workflow finished: send its owner's oldest held step, if any."""
+        owner = self.owner(workflow_id) if self.cap > 0 else ""
+        return self.send(hand_over(self.engine, owner)) if owner else []
 
     def release_all(self) -> list[Released]:
         """Every owner's parked steps with room, sent one owner's step at a time (round
@@ -143,12 +166,51 @@ def release(engine: Engine, owner: str, cap: int) -> list[Released]:
                     steps.c.step_id == step_id,
                     steps.c.waiting_since.is_not(None),
                 )
-                .values(waiting_since=None, updated_at=utcnow())
+                .values(waiting_since=None, held=False, updated_at=utcnow())
                 .returning(steps.c.revision)
             ).first()
             if row is not None:
                 released.append((workflow_id, step_id, int(row[0])))
     return released
+
+
+def hold(engine: Engine, workflow_id: str, step_ids: list[str]) -> None:
+    """Park a new workflow's quick roots beyond its owner's window (``held``): finished
+    steps of the owner hand them over one by one."""
+    now = time.time()
+    with engine.begin() as conn:
+        for start in range(0, len(step_ids), HOLD_BATCH):
+            batch = step_ids[start : start + HOLD_BATCH]
+            conn.execute(
+                update(steps)
+                .where(steps.c.workflow_id == workflow_id, steps.c.step_id.in_(batch))
+                .values(waiting_since=now, held=True)
+            )
+
+
+def hand_over(engine: Engine, owner: str) -> list[Released]:
+    """Un-park ``owner``'s oldest held step (none if it has none): a finished step's place
+    in the owner's window goes to it."""
+    with engine.begin() as conn:
+        oldest = conn.execute(
+            select(steps.c.workflow_id, steps.c.step_id)
+            .where(steps.c.owner == owner, steps.c.waiting_since.is_not(None), steps.c.held)
+            .order_by(steps.c.waiting_since)
+            .limit(1)
+        ).first()
+        if oldest is None:
+            return []
+        row = conn.execute(
+            update(steps)
+            .where(
+                steps.c.workflow_id == oldest[0],
+                steps.c.step_id == oldest[1],
+                steps.c.waiting_since.is_not(None),
+            )
+            .values(waiting_since=None, held=False, updated_at=utcnow())
+            .returning(steps.c.revision)
+        ).first()
+    return [] if row is None else [(oldest[0], oldest[1], int(row[0]))]
 
 
 def waiting_owners(engine: Engine, limit: int = RELEASE_OWNERS) -> list[str]:

@@ -4,6 +4,10 @@ that owner's running steps finishes; the sweep's re-sends back off (``resent_rev
 ``resends``, ``resend_at`` on sessions and steps) so that merely queued work is neither
 given up nor multiplied.
 
+A workflow's quick roots beyond its owner's window are ``held`` at its start (parked
+too), and each finished step of the owner hands one over, so that thousands of quick
+steps do not flood the steps' queue ahead of everyone else's.
+
 ``ix_steps_owner_running`` counts an owner's running steps (a claim's check);
 ``ix_steps_owner_waiting`` finds an owner's waiting steps, oldest first. Existing steps
 take their workflow's owner ("" for none).
@@ -38,6 +42,10 @@ def upgrade() -> None:
         "workflow_steps", sa.Column("owner", sa.String(128), nullable=False, server_default="")
     )
     op.add_column("workflow_steps", sa.Column("waiting_since", sa.Float(), nullable=True))
+    op.add_column(
+        "workflow_steps",
+        sa.Column("held", sa.Boolean(), nullable=False, server_default=sa.false()),
+    )
     _resend_columns("workflow_steps")
     _resend_columns("sessions")
     op.execute(
@@ -66,5 +74,6 @@ def downgrade() -> None:
     for table in ("sessions", "workflow_steps"):
         for column in ("resend_at", "resends", "resent_revision"):
             op.drop_column(table, column)
+    op.drop_column("workflow_steps", "held")
     op.drop_column("workflow_steps", "waiting_since")
     op.drop_column("workflow_steps", "owner")
