@@ -332,7 +332,7 @@ class TurnEngine:
         draft.checkpoint()
         if give_up is not None:
             rules.fail_turn(draft, Trigger.ERROR_OCCURRED, rules.ERROR_REPLY, give_up)
-        elif deadline_passed(draft.snap):
+        elif deadline_passed(draft.snap, self.services.deadline_grace(draft.snap)):
             rules.fail_turn(
                 draft, Trigger.TIMEOUT, rules.TIMEOUT_REPLY, "execution deadline passed"
             )
@@ -356,7 +356,7 @@ class TurnEngine:
             detail = f"{type(exc).__name__}: {exc}"
             rules.fail_turn(draft, Trigger.ERROR_OCCURRED, rules.ERROR_REPLY, detail)
             return
-        if deadline_passed(draft.snap):
+        if deadline_passed(draft.snap, self.services.deadline_grace(draft.snap)):
             # The handler overran: its result arrives too late to count.
             rules.fail_turn(
                 draft, Trigger.TIMEOUT, rules.TIMEOUT_REPLY, "execution deadline passed"

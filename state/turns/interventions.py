@@ -35,13 +35,7 @@ class TurnInterventions:
         snap = self.services.sessions.load_from_database(session_id)
         if snap is None or snap.phase != Phase.EXECUTING or snap.deadline_at != deadline:
             return outcome
-        due = deadline
-        if self.services.waiting_on_workflow(snap):
-            # A turn waiting on its workflow gets the time the sweep needs to recover a
-            # step whose worker was lost (its lease runs out after STUCK_AFTER, the next
-            # sweep sends it again), so that losing a worker costs time, not the answer.
-            settings = self.services.settings
-            due = deadline + settings.stuck_after + 2 * settings.sweep_interval
+        due = deadline + self.services.deadline_grace(snap)  # a workflow's recovery
         if time.time() < due:
             self.services.dispatcher.timeout(session_id, deadline, due - time.time())
             return outcome

@@ -64,7 +64,9 @@ class WorkflowEngine:
         self.actions = actions
         self.settings = settings
         self.notifier = notifier
-        self.share = fairshare.FairShare(store.engine, dispatcher, settings.user_step_concurrency)
+        hints = notifier.redis if notifier is not None else None
+        cap = settings.user_step_concurrency
+        self.share = fairshare.FairShare(store.engine, dispatcher, cap, hints)
 
     def validate(self, spec: object, known_actions: Iterable[str]) -> WorkflowState:
         """The workflow a spec describes, fully checked; nothing is stored."""

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import time
 
+import redis
 from sqlalchemy import ColumnElement, Connection, Engine, func, or_, select, update
 from sqlalchemy.orm import aliased
 
 from state.clock import utcnow
 from state.dispatch import Dispatcher
+from state.storage import keys
 from state.storage.db import read_connection
 from state.storage.tables import steps, workflows
 from state.workflow import WorkflowStepStatus
@@ -34,7 +36,7 @@ RELEASE_OWNERS = 500
 
 # A workflow of an owner sends at most cap x WINDOW_PER_SLOT of its quick roots at its
 # start; the others are held in the database and handed over as the owner's steps finish.
-WINDOW_PER_SLOT = 16
+WINDOW_PER_SLOT = 64
 HOLD_BATCH = 1000
 # Workflow owners remembered per process (then forgotten all at once: a cheap bound).
 OWNERS_CACHED = 10_000
@@ -45,10 +47,15 @@ _running = aliased(steps)
 class FairShare:
     """Releases an owner's parked steps as its running ones finish, and sends them."""
 
-    def __init__(self, engine: Engine, dispatcher: Dispatcher, cap: int) -> None:
+    def __init__(
+        self, engine: Engine, dispatcher: Dispatcher, cap: int, hints: redis.Redis | None = None
+    ) -> None:
         self.engine = engine
         self.dispatcher = dispatcher
         self.cap = cap
+        # Redis, for the hint that an owner has held steps: a finished step of an owner
+        # with none (nearly always) then costs no database statement.
+        self.hints = hints
         self._owners: dict[str, str] = {}  # workflow id -> owner (it never changes)
 
     def owner(self, workflow_id: str) -> str:
@@ -80,18 +87,43 @@ class FairShare:
             return roots
         held = set(quick_roots[limit:])
         hold(self.engine, workflow_id, sorted(held))
+        self._hint(owner, True)
         return [(step_id, revision) for step_id, revision in roots if step_id not in held]
 
     def hand_over(self, workflow_id: str) -> list[Released]:
         """A step of the workflow finished: send its owner's oldest held step, if any."""
         owner = self.owner(workflow_id) if self.cap > 0 else ""
-        return self.send(hand_over(self.engine, owner)) if owner else []
+        if not owner or self._hint(owner) is False:
+            return []
+        handed = hand_over(self.engine, owner)
+        if not handed:
+            self._hint(owner, False)
+        return self.send(handed)
 
     def release_all(self) -> list[Released]:
         """Every owner's parked steps with room, sent one owner's step at a time (round
         robin, the longest waiting owner first); the sweep's way to heal lost releases."""
-        batches = [release(self.engine, owner, self.cap) for owner in waiting_owners(self.engine)]
+        owners = waiting_owners(self.engine)
+        for owner in held_owners(self.engine):
+            self._hint(owner, True)  # put back a hint Redis lost
+        batches = [release(self.engine, owner, self.cap) for owner in owners]
         return self.send(round_robin(batches))
+
+    def _hint(self, owner: str, value: bool | None = None) -> bool | None:
+        """Read (``value`` None) or set the owner's held-steps hint; None if unknown (no
+        Redis, or it failed: then the database is asked)."""
+        if self.hints is None:
+            return None
+        try:
+            if value is None:
+                return bool(self.hints.exists(keys.steps_held(owner)))
+            if value:
+                self.hints.set(keys.steps_held(owner), "1")
+            else:
+                self.hints.delete(keys.steps_held(owner))
+        except redis.RedisError:
+            return None
+        return value
 
     def send(self, released: list[Released]) -> list[Released]:
         """Send released steps (each at the revision it waited at)."""
@@ -221,6 +253,18 @@ def waiting_owners(engine: Engine, limit: int = RELEASE_OWNERS) -> list[str]:
             .where(steps.c.waiting_since.is_not(None))
             .group_by(steps.c.owner)
             .order_by(func.min(steps.c.waiting_since))
+            .limit(limit)
+        )
+        return [r[0] for r in rows]
+
+
+def held_owners(engine: Engine, limit: int = RELEASE_OWNERS) -> list[str]:
+    """Owners with quick steps held back at a workflow's start."""
+    with read_connection(engine) as conn:
+        rows = conn.execute(
+            select(steps.c.owner)
+            .where(steps.c.waiting_since.is_not(None), steps.c.held)
+            .group_by(steps.c.owner)
             .limit(limit)
         )
         return [r[0] for r in rows]

@@ -89,9 +89,10 @@ def test_waiting_on_a_workflow_leaves_no_countdown_message_behind(pg_url: str) -
     assert timeouts == [(session_id, snap.deadline_at, 0.0)]
     deadline = float(snap.deadline_at or 0.0)
     # Waiting on a running workflow, the turn gets the time the sweep needs to recover a
-    # lost step (STUCK_AFTER + two sweeps) before it is timed out.
+    # lost step (STUCK_AFTER + two sweeps) and a fresh EXECUTION_TIMEOUT before it is
+    # timed out.
     assert engine.interventions.fire_timeout(session_id, deadline).status == "not-due"
-    time.sleep(max(0.0, deadline + 0.5 + 2 * 0.25 - time.time()) + 0.05)
+    time.sleep(max(0.0, deadline + 0.5 + 2 * 0.25 + 0.5 - time.time()) + 0.05)
     outcome = engine.interventions.fire_timeout(session_id, deadline)
     assert outcome.status == "timeout"
     doc = engine.services.sessions.document(session_id)
