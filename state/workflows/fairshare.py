@@ -15,6 +15,7 @@ milliseconds, and turns are taken before them (their own queue, consumed first).
 
 from __future__ import annotations
 
+import random
 import time
 
 import redis
@@ -38,6 +39,8 @@ RELEASE_OWNERS = 500
 # start; the others are held in the database and handed over as the owner's steps finish.
 WINDOW_PER_SLOT = 64
 HOLD_BATCH = 1000
+# Held steps a finished step looks at (in random order) to hand its place to one.
+HAND_OVER_TRIES = 8
 # Workflow owners remembered per process (then forgotten all at once: a cheap bound).
 OWNERS_CACHED = 10_000
 
@@ -96,8 +99,9 @@ class FairShare:
         if not owner or self._hint(owner) is False:
             return []
         handed = hand_over(self.engine, owner)
-        if not handed:
+        if handed is None:  # none held (not merely taken by others meanwhile)
             self._hint(owner, False)
+            return []
         return self.send(handed)
 
     def release_all(self) -> list[Released]:
@@ -220,29 +224,34 @@ def hold(engine: Engine, workflow_id: str, step_ids: list[str]) -> None:
             )
 
 
-def hand_over(engine: Engine, owner: str) -> list[Released]:
-    """Un-park ``owner``'s oldest held step (none if it has none): a finished step's place
-    in the owner's window goes to it."""
+def hand_over(engine: Engine, owner: str) -> list[Released] | None:
+    """Un-park one of ``owner``'s oldest held steps: a finished step's place in the
+    owner's window goes to it. None if the owner has none held; [] if others took the
+    ones looked at first (finished steps hand over at once: they try a few)."""
     with engine.begin() as conn:
         oldest = conn.execute(
             select(steps.c.workflow_id, steps.c.step_id)
             .where(steps.c.owner == owner, steps.c.waiting_since.is_not(None), steps.c.held)
             .order_by(steps.c.waiting_since)
-            .limit(1)
-        ).first()
-        if oldest is None:
-            return []
-        row = conn.execute(
-            update(steps)
-            .where(
-                steps.c.workflow_id == oldest[0],
-                steps.c.step_id == oldest[1],
-                steps.c.waiting_since.is_not(None),
-            )
-            .values(waiting_since=None, held=False, updated_at=utcnow())
-            .returning(steps.c.revision)
-        ).first()
-    return [] if row is None else [(oldest[0], oldest[1], int(row[0]))]
+            .limit(HAND_OVER_TRIES)
+        ).all()
+    if not oldest:
+        return None
+    for workflow_id, step_id in random.sample(oldest, len(oldest)):
+        with engine.begin() as conn:
+            row = conn.execute(
+                update(steps)
+                .where(
+                    steps.c.workflow_id == workflow_id,
+                    steps.c.step_id == step_id,
+                    steps.c.waiting_since.is_not(None),
+                )
+                .values(waiting_since=None, held=False, updated_at=utcnow())
+                .returning(steps.c.revision)
+            ).first()
+        if row is not None:
+            return [(workflow_id, step_id, int(row[0]))]
+    return []
 
 
 def waiting_owners(engine: Engine, limit: int = RELEASE_OWNERS) -> list[str]:
