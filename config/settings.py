@@ -121,9 +121,11 @@ class Settings(BaseSettings):
         2,
         ge=0,
         description=(
-            "Workflow steps of one user sent to the broker or running at once; that "
-            "user's other ready steps wait in the database and are released as these "
-            "finish (0: no cap)."
+            "Workflow steps (not quick) of one user running at once; that user's other "
+            "ready steps wait in the database and are released as these finish (0: no "
+            "cap; workflows of no owner are never capped). A workflow's quick roots "
+            "beyond 64 times this are held the same way, one handed over per finished "
+            "step of the user."
         ),
     )
     baseline_tasks: bool = False
