@@ -128,9 +128,19 @@ def note_session_recovery(
     return None if row is None else int(row[0])
 
 
-def note_redelivery(engine: Engine, session_id: str, phase: str, revision: int | None) -> None:
+def note_redelivery(
+    engine: Engine,
+    session_id: str,
+    phase: str,
+    revision: int | None,
+    stuck_after: float | None = None,
+) -> None:
     """Count one recovery of the session if it is still where a redelivered phase task
-    expects it (``revision`` if given, and ``phase``, or resting for a turn's start)."""
+    expects it (``revision`` if given, and ``phase``, or resting for a turn's start).
+
+    With ``stuck_after``, the sweep's next re-send backs off as if it had sent this one:
+    the broker is delivering the work, and a copy of the sweep's would run it once more
+    uncounted (a poison turn would then run more often than AGENTSTATE_MAX_RECOVERIES)."""
     where = [sessions.c.session_id == session_id]
     if revision is not None:
         where.append(sessions.c.revision == revision)
@@ -138,8 +148,11 @@ def note_redelivery(engine: Engine, session_id: str, phase: str, revision: int |
         where.append(sessions.c.phase.in_(tuple(RESTING_PHASES)))
     else:
         where.append(sessions.c.phase == phase)
+    values: dict[str, object] = {"recoveries": sessions.c.recoveries + 1}
+    if stuck_after is not None:
+        values.update(resent_revision=sessions.c.revision, resend_at=time.time() + 2 * stuck_after)
     with engine.begin() as conn:
-        conn.execute(update(sessions).where(*where).values(recoveries=sessions.c.recoveries + 1))
+        conn.execute(update(sessions).where(*where).values(**values))
 
 
 def expire_idle_sessions(engine: Engine, cutoff: datetime) -> int:

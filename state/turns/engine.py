@@ -84,7 +84,8 @@ class TurnEngine:
             # Counted before waiting for the lock (its lost worker's lock may outlive it),
             # so the retry that follows a long wait finds the count in the row.
             session_id, phase, revision = delivery.session_id, delivery.phase, delivery.revision
-            note_redelivery(self.services.sessions.engine, session_id, phase, revision)
+            engine, stuck_after = self.services.sessions.engine, self.services.settings.stuck_after
+            note_redelivery(engine, session_id, phase, revision, stuck_after)
         carried = carry.carried(self.services, self.agent, delivery)
         if carried is not None and self._due(delivery, carried):
             outcome = self._run_unlocked(delivery, carried)
