@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import anatomy, deploy, eventlog, harness, http, interactive, lifecycle, suite
+from bench import anatomy, deploy, eventlog, fairshare, harness, http, interactive, lifecycle, suite
 from bench.rows import Row
 
 ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
@@ -46,6 +46,8 @@ ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
     "async": interactive.async_client,
     # The data lifecycle (bench/lifecycle.py): retention's delete rate, its cost to turns.
     "prune": lifecycle.prune,
+    # Fair share (bench/fairshare.py): other users' turns under one user's burst.
+    "fairshare": fairshare.fairshare,
 }
 
 

@@ -32,7 +32,16 @@ class Broker:
         return {
             "broker_url": self.settings.broker_url,
             "broker_transport_options": {"visibility_timeout": self.settings.visibility_timeout_s},
+            "task_queues": self.queues(),
         }
+
+    def queues(self) -> list[Queue]:
+        """The turns' queue and the steps' queue (each on a direct exchange of its name,
+        as Celery declares a queue by default)."""
+        return [
+            Queue(name, Exchange(name), routing_key=name)  # type: ignore[no-untyped-call]
+            for name in (self.settings.queue, self.settings.step_queue)
+        ]
 
     def countdown(self, seconds: float) -> float:
         """The countdown to send for a task due in ``seconds``."""
@@ -56,8 +65,18 @@ class RedisBroker(Broker):
         return REDIS_TRANSPORTS[self.settings.broker_url.split("://", 1)[0].lower()]
 
     def options(self) -> dict[str, Any]:
-        """Celery's settings, on our transport."""
-        return {**super().options(), "broker_transport": self.transport}
+        """Celery's settings, on our transport. A worker consuming both queues asks for
+        them in sorted order (BRPOP takes from the first non-empty list): turns first."""
+        options = super().options()
+        transport_options = {
+            **options["broker_transport_options"],
+            "queue_order_strategy": "sorted",
+        }
+        return {
+            **options,
+            "broker_transport": self.transport,
+            "broker_transport_options": transport_options,
+        }
 
 
 class SentinelBroker(RedisBroker):
@@ -91,15 +110,23 @@ class AmqpBroker(Broker):
         """A durable queue on a topic exchange of the same name, publisher confirms."""
         name = self.settings.queue
         exchange = Exchange(name, type="topic", durable=True)  # type: ignore[no-untyped-call]
-        queue = Queue(  # type: ignore[no-untyped-call]
-            name, exchange, routing_key=name, durable=True, queue_arguments=self.queue_arguments
-        )
+        # Steps have their own queue on the same exchange (their routing key is its name).
+        queues = [
+            Queue(  # type: ignore[no-untyped-call]
+                queue,
+                exchange,
+                routing_key=queue,
+                durable=True,
+                queue_arguments=self.queue_arguments,
+            )
+            for queue in (name, self.settings.step_queue)
+        ]
         options = super().options()
         transport_options = {**options["broker_transport_options"], "confirm_publish": True}
         return {
             **options,
             "broker_transport_options": transport_options,
-            "task_queues": [queue],
+            "task_queues": queues,
             "task_default_exchange_type": "topic",
         }
 

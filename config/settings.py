@@ -205,7 +205,19 @@ class Settings(BaseSettings):
     auto_migrate: bool = True
     """Upgrade the schema on first use."""
     queue: str = "agentstate"
-    """The Celery queue every task goes to."""
+    """The Celery queue of turns and the other tasks; workflow steps go to `<queue>.steps`,
+    which a plain worker consumes after it (docs: operations/fair-share)."""
+    user_step_concurrency: int = Field(
+        2,
+        ge=0,
+        description=(
+            "Workflow steps (not quick) of one user running at once; that user's other "
+            "ready steps wait in the database and are released as these finish (0: no "
+            "cap; workflows of no owner are never capped). A workflow's quick roots "
+            "beyond 64 times this are held the same way, one handed over per finished "
+            "step of the user."
+        ),
+    )
     baseline_tasks: bool = False
     """Load the bare baseline tasks benchmarks measure against."""
     # Per engine, and each process has two (one in autocommit mode).
@@ -247,6 +259,13 @@ class Settings(BaseSettings):
     """The longest an event stream stays open (clients resume with `Last-Event-ID`)."""
     max_streams: int = Field(1000, ge=1)
     """Event streams one `agentstate serve` process holds at once."""
+
+    @property
+    def step_queue(self) -> str:
+        """The broker queue of workflow steps: turns have a queue of their own, so that
+        they never wait behind steps; a plain worker consumes both, turns first (sorted:
+        this name sorts after the turns' queue's)."""
+        return f"{self.queue}{STEP_QUEUE_SUFFIX}"
 
     @field_validator("agent", "queue")
     @classmethod
@@ -343,6 +362,7 @@ URL_FIELDS = ("redis_url", "broker_url", "database_url")
 # Values that may come from a file (FIELD_file) and then never travel in the environment.
 SECRET_FIELDS = (*URL_FIELDS, "api_keys")
 MIN_TIME_LIMIT_S = 360.0
+STEP_QUEUE_SUFFIX = ".steps"
 TIME_LIMIT_GRACE_S = 60.0
 
 

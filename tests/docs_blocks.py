@@ -34,6 +34,7 @@ FRAGMENTS = {
     ("docs/guides/apps.md", "workflow_id = agent.start_workflow("),
     ("docs/guides/async-client.md", "async with AsyncAgentClient() as agent:"),
     ("docs/guides/run-control.md", '@action("charge")'),
+    ("docs/guides/multi-user.md", "from tasks.client import AgentClient"),
     ("docs/guides/streaming.md", "# my_agent.py   (AGENTSTATE_AGENT=my_agent)"),
     (
         "docs/guides/run-control.md",

@@ -108,6 +108,18 @@ def test_the_interactive_rows_run(bench_target: None) -> None:
     ]
 
 
+def test_the_fair_share_rows_run(bench_target: None) -> None:
+    table, notes = run("fairshare")
+    finite(table)
+    names = [row.name for row in table]
+    assert names[:2] == [
+        "fair-share: other user's turn p50 under a burst",
+        "fair-share: other user's turn p95 under a burst",
+    ]
+    assert "cap 2" in names[2]
+    assert any(note.startswith("fair-share:") for note in notes)
+
+
 def test_a_row_verdict_reads_its_target() -> None:
     assert Row("a", 9.0, 10.0, "x/s", "b", target=">= 0.9x").verdict == "met"
     assert Row("a", 8.0, 10.0, "x/s", "b", target=">= 0.9x").verdict == "missed"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from sqlalchemy import Engine, Select, and_, or_, select, update
+from sqlalchemy import ColumnElement, Engine, Select, Table, and_, case, or_, select, update
 
 from state.clock import utcnow
 from state.events import revisions
@@ -19,6 +19,39 @@ from state.storage.db import read_connection
 from state.storage.tables import inbox, sessions, steps
 from state.workflow import WorkflowStepStatus
 from state.workflows.guards import step_at
+from state.workflows.records import PENDING_APPROVAL
+
+# The sweep's re-sends of one item at one revision back off: the n-th waits
+# STUCK_AFTER x 2^n after the one before (at most x RESEND_BACKOFF_MAX), so that work
+# merely waiting in a long queue is not sent again and again (a backlog multiplied).
+RESEND_BACKOFF_MAX = 16
+
+
+def resend_due(table: Table) -> ColumnElement[bool]:
+    """Whether the sweep may send the row's work again now: never re-sent at its current
+    revision, or its back-off has run out."""
+    return or_(
+        table.c.resent_revision.is_(None),
+        table.c.resent_revision != table.c.revision,
+        table.c.resend_at.is_(None),
+        table.c.resend_at < time.time(),
+    )
+
+
+def resend_values(table: Table, revision: int, stuck_after: float) -> dict[str, object]:
+    """The columns a re-send at ``revision`` writes: one more re-send at that revision
+    (the first, at another), and when the next one may go."""
+    again = table.c.resent_revision == revision
+    now = time.time()
+    ladder = [
+        (and_(again, table.c.resends >= n), now + stuck_after * 2 ** (n + 1)) for n in (3, 2, 1)
+    ]
+    return {
+        "resent_revision": revision,
+        "resends": case((again, table.c.resends + 1), else_=1),
+        "resend_at": case(*ladder, else_=now + stuck_after * 2),
+    }
+
 
 # -- sessions ------------------------------------------------------------------
 
@@ -32,6 +65,7 @@ def stuck_sessions(engine: Engine, cutoff: datetime, limit: int) -> list[str]:
             .where(
                 sessions.c.phase.not_in(tuple(WAITING_PHASES)),
                 sessions.c.updated_at < cutoff,
+                resend_due(sessions),
             )
             .order_by(sessions.c.updated_at)
             .limit(limit)
@@ -55,6 +89,7 @@ def waiting_in_inbox_query(cutoff: datetime, limit: int) -> Select[str]:
         .where(
             sessions.c.phase.in_(tuple(RESTING_PHASES)),
             sessions.c.updated_at < cutoff,
+            resend_due(sessions),
             select(inbox.c.message_id)
             .where(
                 inbox.c.session_id == sessions.c.session_id,
@@ -68,9 +103,18 @@ def waiting_in_inbox_query(cutoff: datetime, limit: int) -> Select[str]:
     )
 
 
-def note_session_recovery(engine: Engine, snapshot: Snapshot, *, count: bool = True) -> int | None:
-    """Touch the session (and count one recovery if ``count``) at its revision; None if it
-    moved on meanwhile."""
+def note_session_recovery(
+    engine: Engine, snapshot: Snapshot, *, count: bool = True, resend_after: float | None = None
+) -> int | None:
+    """Touch the session (and count one recovery if ``count``) at its revision, and, if
+    ``resend_after`` (STUCK_AFTER) is given, note a re-send there (backing off the next);
+    the recoveries counted, or None if it moved on meanwhile."""
+    values: dict[str, object] = {
+        "recoveries": sessions.c.recoveries + int(count),
+        "updated_at": utcnow(),
+    }
+    if resend_after is not None:
+        values.update(resend_values(sessions, snapshot.revision, resend_after))
     with engine.begin() as conn:
         row = conn.execute(
             update(sessions)
@@ -78,15 +122,25 @@ def note_session_recovery(engine: Engine, snapshot: Snapshot, *, count: bool = T
                 sessions.c.session_id == snapshot.session_id,
                 sessions.c.revision == snapshot.revision,
             )
-            .values(recoveries=sessions.c.recoveries + int(count), updated_at=utcnow())
+            .values(**values)
             .returning(sessions.c.recoveries)
         ).first()
     return None if row is None else int(row[0])
 
 
-def note_redelivery(engine: Engine, session_id: str, phase: str, revision: int | None) -> None:
+def note_redelivery(
+    engine: Engine,
+    session_id: str,
+    phase: str,
+    revision: int | None,
+    stuck_after: float | None = None,
+) -> None:
     """Count one recovery of the session if it is still where a redelivered phase task
-    expects it (``revision`` if given, and ``phase``, or resting for a turn's start)."""
+    expects it (``revision`` if given, and ``phase``, or resting for a turn's start).
+
+    With ``stuck_after``, the sweep's next re-send backs off as if it had sent this one:
+    the broker is delivering the work, and a copy of the sweep's would run it once more
+    uncounted (a poison turn would then run more often than AGENTSTATE_MAX_RECOVERIES)."""
     where = [sessions.c.session_id == session_id]
     if revision is not None:
         where.append(sessions.c.revision == revision)
@@ -94,8 +148,11 @@ def note_redelivery(engine: Engine, session_id: str, phase: str, revision: int |
         where.append(sessions.c.phase.in_(tuple(RESTING_PHASES)))
     else:
         where.append(sessions.c.phase == phase)
+    values: dict[str, object] = {"recoveries": sessions.c.recoveries + 1}
+    if stuck_after is not None:
+        values.update(resent_revision=sessions.c.revision, resend_at=time.time() + 2 * stuck_after)
     with engine.begin() as conn:
-        conn.execute(update(sessions).where(*where).values(recoveries=sessions.c.recoveries + 1))
+        conn.execute(update(sessions).where(*where).values(**values))
 
 
 def expire_idle_sessions(engine: Engine, cutoff: datetime) -> int:
@@ -136,17 +193,24 @@ def stuck_steps(engine: Engine, cutoff: datetime, limit: int) -> list[tuple[str,
     expired_lease = and_(
         steps.c.status == WorkflowStepStatus.RUNNING, steps.c.lease_expires_at < time.time()
     )
+    # (One waiting for its approval owes no worker anything: the decision sends it.)
+    # (Nor one parked for its owner's fair share: it waits in the database, by design.)
     forgotten = and_(
         steps.c.updated_at < cutoff,
+        steps.c.waiting_since.is_(None),
         or_(
-            and_(steps.c.status == WorkflowStepStatus.PENDING, steps.c.remaining_deps == 0),
+            and_(
+                steps.c.status == WorkflowStepStatus.PENDING,
+                steps.c.remaining_deps == 0,
+                or_(steps.c.approval.is_(None), steps.c.approval != PENDING_APPROVAL),
+            ),
             steps.c.status == WorkflowStepStatus.RETRYING,
         ),
     )
     with read_connection(engine) as conn:
         rows = conn.execute(
             select(steps.c.workflow_id, steps.c.step_id, steps.c.revision, steps.c.status)
-            .where(or_(expired_lease, forgotten))
+            .where(or_(expired_lease, forgotten), resend_due(steps))
             .order_by(steps.c.updated_at)
             .limit(limit)
         )
@@ -162,12 +226,23 @@ def note_step_recovery(
     count: bool = True,
     lease_s: float | None = None,
 ) -> int | None:
-    """Count (if ``count``) one recovery of a step at its revision; None if it moved on."""
-    values = {"recoveries": steps.c.recoveries + int(count), "updated_at": utcnow()}
+    """Count (if ``count``) one recovery of a step at its revision, and note a re-send
+    there; the recoveries counted, or None if it moved on.
+
+    Only work a worker took and lost counts: a step the sweep already sent again at this
+    revision, and that no worker claimed since (a claim moves the revision), merely
+    waits in the queue. It is not counted again, and its next re-send backs off."""
+    taken = or_(steps.c.resent_revision.is_(None), steps.c.resent_revision != revision)
+    counted = case((taken, steps.c.recoveries + 1), else_=steps.c.recoveries) if count else None
+    values: dict[str, object] = {
+        "recoveries": steps.c.recoveries if counted is None else counted,
+        "updated_at": utcnow(),
+    }
     if lease_s is not None:
         # A fresh lease for the re-sent task: the step is not counted again (nor re-sent)
         # while that task may still be waiting in the queue.
         values["lease_expires_at"] = time.time() + lease_s
+        values.update(resend_values(steps, revision, lease_s))
     with engine.begin() as conn:
         row = conn.execute(
             update(steps)

@@ -4,14 +4,15 @@
 Everything the sweep re-enqueues carries the revision it expects, so re-enqueueing work
 that is in fact still running is harmless: the revision guard drops the loser.
 
-A turn or step recovered more than AGENTSTATE_MAX_RECOVERIES times at the same revision is
-poison: the turn ends with an apology, the step fails, and the reason is recorded. Each
-item is recovered at most once per AGENTSTATE_STUCK_AFTER (a recovery touches it), and
-every recovery counts, however busy the queue: a handler that kills its worker must not
-be replayed forever just because other work keeps the queue from emptying. So a turn is
-given up once it made no progress through AGENTSTATE_MAX_RECOVERIES + 1 sweeps; set
-AGENTSTATE_STUCK_AFTER above the longest time a message may wait in the queue. (The turn
-engine counts a phase the broker delivers again after losing its worker the same way.)
+Only work a worker took and lost counts toward AGENTSTATE_MAX_RECOVERIES; past it, the
+work is poison: the turn ends with an apology, the step fails, and the reason is recorded.
+A phase that kills its worker is delivered again by the broker (flagged redelivered), and
+the turn engine counts that; a step whose claim's lease ran out is counted here, unless
+the sweep already sent it again at that revision and no worker claimed it since (then it
+merely waits in the queue). Work that merely waits is never given up, however long the
+queue, and the sweep's re-sends of it back off (STUCK_AFTER, then 2x, 4x, ... 16x), so a
+backlog is not multiplied by its own re-sends. Each sweep also releases the steps parked
+for their owner's fair share that have room (state.workflows.fairshare).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class SweepReport:
     turns_started: int = 0
     sessions_poisoned: int = 0
     steps_redispatched: int = 0
+    steps_released: int = 0
     steps_poisoned: int = 0
     timed_out: int = 0
     steps_timed_out: int = 0
@@ -92,6 +94,7 @@ class RecoverySweep:
             self._inboxes(cutoff, report)
             self._steps(cutoff, report)
             self._overdue_steps(report)
+            report.steps_released += len(self.workflows.share.release_all())
         finally:
             self._release_sweep_lock(lock)
         if any(report.as_dict().values()):
@@ -129,7 +132,15 @@ class RecoverySweep:
         self._recover_session(snap, report)
 
     def _recover_session(self, snap: Snapshot, report: SweepReport) -> None:
-        count = note_session_recovery(self.services.sessions.engine, snap)
+        # Not counted: its phase may only be waiting in the queue (a lost worker's phase
+        # is counted when the broker delivers it again); what the redeliveries counted
+        # still gives the turn up.
+        count = note_session_recovery(
+            self.services.sessions.engine,
+            snap,
+            count=False,
+            resend_after=self.settings.stuck_after,
+        )
         if count is None:
             return  # it moved on meanwhile
         if count > self.settings.max_recoveries:
@@ -154,8 +165,15 @@ class RecoverySweep:
         if self.services.sync.current_holder(session_id) is not None:
             report.skipped_busy += 1
             return
-        count = note_session_recovery(self.services.sessions.engine, snap)
-        if count is not None and count > self.settings.max_recoveries:
+        count = note_session_recovery(
+            self.services.sessions.engine,
+            snap,
+            count=False,
+            resend_after=self.settings.stuck_after,
+        )
+        if count is None:
+            return  # it moved on meanwhile
+        if count > self.settings.max_recoveries:
             self.turns.reject_next_message(snap, f"gave up after {count - 1} attempts")
             report.sessions_poisoned += 1
             return

@@ -43,6 +43,13 @@ def session_chunks(session_id: str) -> str:
     return f"{PREFIX}:session:{{{session_id}}}:chunks"
 
 
+def steps_held(owner: str) -> str:
+    """A hint that ``owner`` has quick steps held back at a workflow's start (the database
+    says which; without the hint a finished step looks for none, and the sweep puts it
+    back while any are held)."""
+    return f"{PREFIX}:steps-held:{{{owner}}}"
+
+
 def workflow_events(workflow_id: str) -> str:
     """The pub/sub channel that wakes those waiting for the workflow to finish."""
     return f"{PREFIX}:workflow:{{{workflow_id}}}:events"

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     ColumnElement,
     DateTime,
     Dialect,
@@ -19,6 +20,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
     cast,
+    false,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -100,6 +102,11 @@ class SessionRow(Base):
     last_task_id: Mapped[str | None] = mapped_column(String(255))
     deadline_at: Mapped[float | None] = mapped_column(Float)
     recoveries: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    # The sweep's re-sends of the turn at one revision, and when it may send it again
+    # (backing off: merely queued work is not multiplied; migration 0014).
+    resent_revision: Mapped[int | None] = mapped_column(BigInteger)
+    resends: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    resend_at: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     # A fork shares its source's history: its history is the first ``prefix_count``
@@ -136,6 +143,8 @@ class MessageRow(Base):
 # (A module constant: inside InboxRow, ``text`` is the column.)
 _QUEUED = text("state = 'queued'")
 _UNDECIDED = text("decision IS NULL")
+_RUNNING = text("status = 'running'")
+_WAITING = text("waiting_since IS NOT NULL")
 
 
 class InboxRow(Base):
@@ -229,6 +238,17 @@ class StepRow(Base):
     max_retries: Mapped[int] = mapped_column(Integer, nullable=False)
     revision: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     recoveries: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    # Fair share (migration 0014): the workflow's owner ("" for none), and since when a
+    # ready step waits for one of its owner's AGENTSTATE_USER_STEP_CONCURRENCY slots.
+    owner: Mapped[str] = mapped_column(ID, nullable=False, server_default="")
+    waiting_since: Mapped[float | None] = mapped_column(Float)
+    # A quick root held back at its workflow's start (beyond its owner's window): each
+    # finished step of the owner hands one over.
+    held: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=false())
+    # The sweep's re-sends at one revision, and when it may send again (as for sessions).
+    resent_revision: Mapped[int | None] = mapped_column(BigInteger)
+    resends: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    resend_at: Mapped[float | None] = mapped_column(Float)
     error: Mapped[str | None] = mapped_column(Text)
     lease_expires_at: Mapped[float | None] = mapped_column(Float)
     last_task_id: Mapped[str | None] = mapped_column(String(255))
@@ -238,6 +258,20 @@ class StepRow(Base):
 
     __table_args__ = (
         Index("ix_steps_status_updated", "status", "updated_at"),
+        # An owner's running steps (counted by a claim) and waiting ones (oldest first).
+        Index(
+            "ix_steps_owner_running",
+            "owner",
+            postgresql_where=_RUNNING,
+            sqlite_where=_RUNNING,
+        ),
+        Index(
+            "ix_steps_owner_waiting",
+            "owner",
+            "waiting_since",
+            postgresql_where=_WAITING,
+            sqlite_where=_WAITING,
+        ),
         # Room for a dependent's countdown to be a HOT update (migration 0008).
         {"postgresql_with": {"fillfactor": 80}},
     )

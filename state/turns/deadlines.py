@@ -27,10 +27,12 @@ _watchdog = Ticker("phase-time-limits")
 _WATCH_PERIOD_S = 1.0
 
 
-def deadline_passed(snap: Snapshot) -> bool:
-    """Whether the session is executing past its stored deadline."""
+def deadline_passed(snap: Snapshot, grace_s: float = 0.0) -> bool:
+    """Whether the session is executing past its stored deadline (plus ``grace_s``)."""
     deadline = snap.deadline_at
-    return snap.phase == Phase.EXECUTING and deadline is not None and time.time() > deadline
+    return (
+        snap.phase == Phase.EXECUTING and deadline is not None and time.time() > deadline + grace_s
+    )
 
 
 @contextmanager

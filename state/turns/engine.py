@@ -84,7 +84,8 @@ class TurnEngine:
             # Counted before waiting for the lock (its lost worker's lock may outlive it),
             # so the retry that follows a long wait finds the count in the row.
             session_id, phase, revision = delivery.session_id, delivery.phase, delivery.revision
-            note_redelivery(self.services.sessions.engine, session_id, phase, revision)
+            engine, stuck_after = self.services.sessions.engine, self.services.settings.stuck_after
+            note_redelivery(engine, session_id, phase, revision, stuck_after)
         carried = carry.carried(self.services, self.agent, delivery)
         if carried is not None and self._due(delivery, carried):
             outcome = self._run_unlocked(delivery, carried)
@@ -334,7 +335,7 @@ class TurnEngine:
         draft.checkpoint()
         if give_up is not None:
             rules.fail_turn(draft, Trigger.ERROR_OCCURRED, rules.ERROR_REPLY, give_up)
-        elif deadline_passed(draft.snap):
+        elif deadline_passed(draft.snap, self.services.deadline_grace(draft.snap)):
             rules.fail_turn(
                 draft, Trigger.TIMEOUT, rules.TIMEOUT_REPLY, "execution deadline passed"
             )
@@ -358,7 +359,7 @@ class TurnEngine:
             detail = f"{type(exc).__name__}: {exc}"
             rules.fail_turn(draft, Trigger.ERROR_OCCURRED, rules.ERROR_REPLY, detail)
             return
-        if deadline_passed(draft.snap):
+        if deadline_passed(draft.snap, self.services.deadline_grace(draft.snap)):
             # The handler overran: its result arrives too late to count.
             rules.fail_turn(
                 draft, Trigger.TIMEOUT, rules.TIMEOUT_REPLY, "execution deadline passed"

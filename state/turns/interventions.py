@@ -35,8 +35,9 @@ class TurnInterventions:
         snap = self.services.sessions.load_from_database(session_id)
         if snap is None or snap.phase != Phase.EXECUTING or snap.deadline_at != deadline:
             return outcome
-        if time.time() < deadline:
-            self.services.dispatcher.timeout(session_id, deadline, deadline - time.time())
+        due = deadline + self.services.deadline_grace(snap)  # a workflow's recovery
+        if time.time() < due:
+            self.services.dispatcher.timeout(session_id, deadline, due - time.time())
             return outcome
         return self.break_turn(
             snap, Trigger.TIMEOUT, rules.TIMEOUT_REPLY, "execution deadline passed"

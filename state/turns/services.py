@@ -67,6 +67,17 @@ class TurnServices:
         """Whether quick phases continue in the same worker (AGENTSTATE_HOP_POLICY)."""
         return self.settings.hop_policy == HopPolicy.INLINE
 
+    def deadline_grace(self, snap: Snapshot) -> float:
+        """Seconds past its execution deadline a turn may run: for a turn that waits on (or
+        waited on) a workflow, the time the sweep needs to recover a step whose worker was
+        lost (STUCK_AFTER and two sweeps) and a fresh EXECUTION_TIMEOUT for that step's new
+        run, so that losing a worker costs time, not the answer; else none."""
+        if not (snap.doc.get("context_window") or {}).get("workflow_id"):
+            return 0.0
+        settings = self.settings
+        recovery = settings.stuck_after + 2 * settings.sweep_interval
+        return recovery + settings.execution_timeout
+
     def waiting_on_workflow(self, snap: Snapshot) -> bool:
         """Whether the session's turn waits for a workflow that is still running."""
         workflow_id = (snap.doc.get("context_window") or {}).get("workflow_id")

@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, select, update
+from sqlalchemy import Connection, Engine, func, or_, select, update
 
 from state.approvals import quota
 from state.approvals import rows as approval_rows
@@ -146,7 +146,10 @@ def retry_in(
     )
     ready = conn.execute(
         select(steps.c.step_id, steps.c.revision).where(
-            steps.c.workflow_id == workflow_id, steps.c.step_id.in_(by_count.get(0, []))
+            steps.c.workflow_id == workflow_id,
+            steps.c.step_id.in_(by_count.get(0, [])),
+            # One asked about again is sent when it is decided, not before.
+            or_(steps.c.approval.is_(None), steps.c.approval != PENDING_APPROVAL),
         )
     )
     return [(r[0], int(r[1])) for r in ready]

@@ -64,10 +64,11 @@ def insert_workflow(
             updated_at=now,
         )
     )
-    rows = [step_row(wf.workflow_id, step, now) for step in wf.steps.values()]
+    rows = [step_row(wf.workflow_id, step, now, user_id) for step in wf.steps.values()]
     for start in range(0, len(rows), _INSERT_BATCH):
         conn.execute(insert(steps), rows[start : start + _INSERT_BATCH])
-    roots = [(step.step_id, 0) for step in wf.get_ready_steps()]
+    # A step that waits for its approval is sent when it is decided, not before.
+    roots = [(step.step_id, 0) for step in wf.get_ready_steps() if not step.approval]
     return roots, _request_approvals(conn, wf, approval_ttl_s, user_id)
 
 

@@ -27,6 +27,7 @@ from state.ids import step_key
 from state.machine import Phase
 from state.ticker import Ticker
 from state.workflow import SpecLimits, WorkflowState, parse_spec
+from state.workflows import fairshare
 from state.workflows.records import ClaimedStep, Completion, Leftover, carried_step
 from state.workflows.retries import retry_delay_s, retryable
 from state.workflows.store import WorkflowStore
@@ -59,6 +60,9 @@ class WorkflowEngine:
         self.actions = actions
         self.settings = settings
         self.notifier = notifier
+        hints = notifier.redis if notifier is not None else None
+        cap = settings.user_step_concurrency
+        self.share = fairshare.FairShare(store.engine, dispatcher, cap, hints)
 
     def validate(self, spec: object, known_actions: Iterable[str]) -> WorkflowState:
         """The workflow a spec describes, fully checked; nothing is stored."""
@@ -82,7 +86,8 @@ class WorkflowEngine:
                 f"workflow {wf.workflow_id!r} already exists with another spec; "
                 "use a new workflow_id"
             ) from exc
-        for step_id, revision in roots:
+        quick = {sid for sid, step in wf.steps.items() if is_quick(self.actions(step.action))}
+        for step_id, revision in self.share.window(wf.workflow_id, roots, quick):
             self.dispatcher.step(wf.workflow_id, step_id, revision)
         return wf.workflow_id
 
@@ -130,9 +135,19 @@ class WorkflowEngine:
             if quick is not None:
                 return quick
         lease_s = self.settings.stuck_after
-        claimed = self.store.claim(workflow_id, step_id, revision, lease_s, task_id)
+        cap = self.settings.user_step_concurrency
+        owner = self.share.owner(workflow_id) if cap else ""
+        cap = cap if owner else 0  # a workflow of no owner (the operator's) is not capped
+        claimed = self.store.claim(
+            workflow_id, step_id, revision, lease_s, task_id, cap=cap, owner=owner
+        )
         if claimed is None:
             if self._wait_for_timer(workflow_id, step_id, revision):
+                return "waiting"
+            if cap and fairshare.park(self.store.engine, workflow_id, step_id, revision):
+                # Over its owner's share: it waits in the database, holding nothing, until
+                # one of the owner's running steps finishes (and releases it).
+                self.share.release(workflow_id)  # in case the last one finished meanwhile
                 return "waiting"
             left = self.store.leftover(workflow_id, step_id, task_id) if task_id else None
             if left is None:
@@ -142,7 +157,10 @@ class WorkflowEngine:
                 self._finish_leftover(workflow_id, step_id, left)
                 return "resumed"
             claimed = left.claimed
-        return self._run_claimed(replace(claimed, task_id=task_id), lease_s)
+        outcome = self._run_claimed(replace(claimed, task_id=task_id), lease_s)
+        if cap:  # its slot is free (a lost worker's is freed by the sweep's release)
+            self.share.release(workflow_id)
+        return outcome
 
     def _run_quick(
         self,
@@ -190,6 +208,7 @@ class WorkflowEngine:
             # A failed attempt counts under a claim, like any other step's.
             logger.info("step %s/%s raised %r", workflow_id, step_id, exc)
             lease_s = self.settings.stuck_after
+            # Uncapped: the failed attempt must count, whatever the owner's share.
             claimed = self.store.claim(workflow_id, step_id, revision, lease_s, task_id)
             if claimed is None:
                 return "duplicate"
@@ -392,6 +411,7 @@ class WorkflowEngine:
         for step_id, revision in completion.ready:
             carried = self._worth_carrying(completion, step_id)
             self.dispatcher.step(completion.workflow_id, step_id, revision, carried=carried)
+        self.share.hand_over(completion.workflow_id)  # its place to a held step, if any
         finished = completion.finished
         if finished and self.notifier is not None:
             self.notifier.workflow(finished.workflow_id)

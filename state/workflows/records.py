@@ -111,10 +111,11 @@ def claimed_from_row(workflow_id: str, step_id: str, revision: int, row: Any) ->
     )
 
 
-def step_row(workflow_id: str, step: Any, now: Any) -> Document:
-    """The ``steps`` row of a new, pending step."""
+def step_row(workflow_id: str, step: Any, now: Any, owner: str | None = None) -> Document:
+    """The ``steps`` row of a new, pending step of ``owner``'s workflow."""
     return {
         "workflow_id": workflow_id,
+        "owner": owner or "",
         "step_id": step.step_id,
         "step_name": step.step_name,
         "action": step.action,

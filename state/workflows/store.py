@@ -26,6 +26,7 @@ from state.storage.tables import steps, workflows
 from state.workflow import WorkflowState, WorkflowStatus, WorkflowStepStatus
 from state.workflows import control
 from state.workflows.creation import insert_workflow
+from state.workflows.fairshare import lock_owner, under_cap
 from state.workflows.guards import (
     awaiting,
     claim_guard,
@@ -36,6 +37,7 @@ from state.workflows.guards import (
 from state.workflows.reads import CLAIM_COLUMNS, WorkflowReads
 from state.workflows.records import (
     APPROVED,
+    PENDING_APPROVAL,
     REJECTED,
     ClaimedStep,
     Completion,
@@ -98,11 +100,17 @@ class WorkflowStore(WorkflowReads):
         revision: int,
         lease_s: float,
         task_id: str | None = None,
+        *,
+        cap: int = 0,
+        owner: str = "",
     ) -> ClaimedStep | None:
         """Mark the step running if it is still at ``revision`` and runnable now (its
-        timer, if any, has run out); None if not (a duplicate, or not due yet)."""
+        timer, if any, has run out, and its ``owner`` runs fewer than ``cap`` steps; 0:
+        no cap); None if not (a duplicate, not due yet, or over its owner's share)."""
         now = time.time()
         with self.engine.begin() as conn:
+            if cap and owner:  # one claim per owner at a time: the count holds
+                lock_owner(conn, owner)
             row = conn.execute(
                 update(steps)
                 .where(
@@ -111,6 +119,7 @@ class WorkflowStore(WorkflowReads):
                     steps.c.remaining_deps == 0,
                     or_(steps.c.not_before_s.is_(None), steps.c.ready_at <= now),
                     or_(steps.c.approval.is_(None), steps.c.approval == APPROVED),
+                    under_cap(cap),
                 )
                 .values(
                     status=WorkflowStepStatus.RUNNING,
@@ -349,10 +358,16 @@ class WorkflowStore(WorkflowReads):
                 steps.c.status,
                 steps.c.revision,
                 steps.c.action,
+                steps.c.approval,
             )
         )
         pending = WorkflowStepStatus.PENDING
-        return [(r[0], int(r[3]), r[4]) for r in rows if r[1] == 0 and r[2] == pending]
+        # One that waits for its approval is sent when it is decided, not before.
+        return [
+            (r[0], int(r[3]), r[4])
+            for r in rows
+            if r[1] == 0 and r[2] == pending and r[5] != PENDING_APPROVAL
+        ]
 
     def _skip_downstream(self, conn: Connection, workflow_id: str, roots: list[str]) -> int:
         downstream = self._downstream(conn, workflow_id, roots)

@@ -59,6 +59,9 @@ WITH c AS (
     AND status IN ('pending', 'retrying', 'running') AND remaining_deps = 0
     AND (not_before_s IS NULL OR ready_at <= %(clock)s)
     AND (approval IS NULL OR approval = 'approved')
+    AND (%(cap)s <= 0 OR owner = '' OR status = 'running'
+         OR (SELECT count(*) FROM workflow_steps r
+              WHERE r.owner = workflow_steps.owner AND r.status = 'running') < %(cap)s)
   RETURNING action, inputs, dependencies, dependents, retry_count, max_retries, timeout_s
 )"""
 CLAIM = "".join((_CLAIM_UPDATE, _STEP_WITH_DEPS, "\nFROM c"))
@@ -140,7 +143,8 @@ SELECT (SELECT count(*) FROM s),
   (SELECT coalesce(json_agg(json_build_array(d.step_id, d.revision, d.action,
        CASE WHEN length(c.carried) <= {carry_max} THEN c.carried END)), '[]'::json)::text
      FROM d CROSS JOIN LATERAL (SELECT {carry} AS carried) AS c
-     WHERE d.remaining_deps = 0 AND d.status = 'pending'),
+     WHERE d.remaining_deps = 0 AND d.status = 'pending'
+       AND (d.approval IS NULL OR d.approval = 'approved')),
   (SELECT row_to_json(w)::text FROM w)"""
 _UNCLAIMED = {"guard": "IN ('pending', 'retrying')", "started": "started_at = %(now)s,"}
 
@@ -225,9 +229,18 @@ class PostgresWorkflowStore(WorkflowStore):
         revision: int,
         lease_s: float,
         task_id: str | None = None,
+        *,
+        cap: int = 0,
+        owner: str = "",
     ) -> ClaimedStep | None:
-        """Mark the step running if it is still at ``revision``; the dependencies'
-        outputs come back with the claim."""
+        """Mark the step running if it is still at ``revision`` (and its owner runs
+        fewer than ``cap`` steps); the dependencies' outputs come back with the claim."""
+        if cap and owner:
+            # A capped claim counts the owner's running steps under the owner's lock, in
+            # a transaction of its own (the portable claim): two at once cannot both fit.
+            return super().claim(
+                workflow_id, step_id, revision, lease_s, task_id, cap=cap, owner=owner
+            )
         clock = time.time()
         params = {
             "workflow_id": workflow_id,
@@ -237,6 +250,7 @@ class PostgresWorkflowStore(WorkflowStore):
             "clock": clock,
             "lease": clock + lease_s,
             "task_id": task_id,
+            "cap": cap,
         }
         row = prepared.first(self.statements.rows(self.autocommit, [(_CLAIM, params)]))
         return None if row is None else _claimed(workflow_id, step_id, revision + 1, row)

@@ -8,11 +8,13 @@ from amqp.exceptions import ChannelError
 from celery import Celery
 
 from config.brokers import Broker
+from config.settings import STEP_QUEUE_SUFFIX
 from tasks.dispatch.publisher import DirectPublisher
 
 PHASE_TASK = "agentstate.phase.{}"
 TIMEOUT_TASK = "agentstate.session.timeout"
 STEP_TASK = "agentstate.workflow.step"
+_UNSET = object()
 
 
 class CeleryDispatcher:
@@ -24,6 +26,7 @@ class CeleryDispatcher:
         # RabbitMQ quorum queues); None: sent as asked.
         self.broker = broker
         self.direct = DirectPublisher(app)
+        self._step_queue: object = _UNSET
 
     def phase(
         self, phase: str, session_id: str, revision: int | None, carried: str | None = None
@@ -54,20 +57,40 @@ class CeleryDispatcher:
         ``carried``: shown shortened, like a phase's snapshot)."""
         countdown = self._countdown(delay_s) if delay_s > 0 else None
         args: list[Any] = [workflow_id, step_id, revision]
+        # Steps have a queue of their own: a turn never waits behind them.
+        queue = self.step_queue
         if carried is None:
-            self._send(STEP_TASK, args, countdown=countdown)
+            self._send(STEP_TASK, args, countdown=countdown, queue=queue)
             return
         shown = repr([*args, f"<step, {len(carried)} chars>"])
-        self._send(STEP_TASK, [*args, carried], shown, countdown=countdown)
+        self._send(STEP_TASK, [*args, carried], shown, countdown=countdown, queue=queue)
 
-    def _send(self, name: str, args: list[Any], shown: str | None = None, **options: Any) -> None:
+    @property
+    def step_queue(self) -> str | None:
+        """The steps' queue, where the app declares one (None: the default queue);
+        looked up once."""
+        if self._step_queue is _UNSET:
+            queue = f"{self.app.conf.task_default_queue}{STEP_QUEUE_SUFFIX}"
+            self._step_queue = queue if queue in self.app.amqp.queues else None
+        return self._step_queue  # type: ignore[return-value]
+
+    def _send(
+        self,
+        name: str,
+        args: list[Any],
+        shown: str | None = None,
+        queue: str | None = None,
+        **options: Any,
+    ) -> None:
         # Our arguments are a few ids and numbers (or a snapshot, shown shortened): their
         # repr is what Celery's bounded repr would make of them, at a fraction of its
         # cost, which every hop pays.
         argsrepr = repr(args) if shown is None else shown
         options = {key: value for key, value in options.items() if value is not None}
-        if not options and self.direct.publish(name, args, argsrepr):
+        if not options and self.direct.publish(name, args, argsrepr, queue):
             return
+        if queue is not None:
+            options["queue"] = queue
         self.app.send_task(name, args=args, argsrepr=argsrepr, kwargsrepr="{}", **options)
 
     def _countdown(self, delay_s: float) -> float:

@@ -88,9 +88,10 @@ class DirectPublisher:
         self._decided = False
         self._options: dict[str, tuple[float | None, float | None] | None] = {}
 
-    def publish(self, name: str, args: list[Any], argsrepr: str) -> bool:
-        """Send task ``name`` with ``args``; False if it must go through ``send_task``
-        instead (see the module docstring), having sent nothing."""
+    def publish(self, name: str, args: list[Any], argsrepr: str, queue: str | None = None) -> bool:
+        """Send task ``name`` with ``args`` to ``queue`` (default: the app's default
+        queue); False if it must go through ``send_task`` instead (see the module
+        docstring), having sent nothing."""
         if any(signal.receivers for signal in _WATCHED) or self._resting():
             return False
         try:
@@ -98,9 +99,12 @@ class DirectPublisher:
             limits = self._limits(name)
             if channel is None or self._route is None or limits is None:
                 return False
+            routing_key = self._route[0] if queue is None else self._declared(queue)
+            if routing_key is None:
+                return False
             message = self._message(channel, limits, name, args, argsrepr)
             # Straight to the queue, as Celery's send does for a direct exchange.
-            channel.basic_publish(message, exchange="", routing_key=self._route[0])
+            channel.basic_publish(message, exchange="", routing_key=routing_key)
         except Exception as exc:  # the broker went away: send_task reconnects and retries
             logger.debug("direct publish of %s failed, handing it to send_task: %r", name, exc)
             self._drop()
@@ -133,6 +137,16 @@ class DirectPublisher:
         properties.update(body_encoding="base64", delivery_tag=uuid())
         properties["delivery_info"].update(exchange="", routing_key=queue)
         return queue, kombu_json.dumps(message)  # type: ignore[no-untyped-call]
+
+    def _declared(self, queue: str) -> str | None:
+        """``queue`` if the app declares it on a direct exchange of its own name (so that
+        a push onto the list of that name is what Celery's routing would do), else None."""
+        declared = self.app.amqp.queues.get(queue)
+        if declared is None or declared.exchange.type != "direct":
+            return None
+        if declared.routing_key != queue or declared.exchange.name not in ("", queue):
+            return None
+        return queue
 
     def _resting(self) -> bool:
         return time.monotonic() < getattr(self._local, "resume_at", 0.0)

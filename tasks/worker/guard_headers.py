@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from itertools import islice
 
 from celery.utils.time import maybe_iso8601
 
 from state.errors import MalformedTaskMessageError
+from state.workflow import MAX_STEP_SECONDS
 
 MAX_INT = 2**63 - 1  # what a BIGINT column holds
 MAX_TIME_LIMIT_S = 1e6
 MAX_REASON_CHARS = 400
+# The furthest ahead agentstate schedules a message: a step's timer (a week at most,
+# state.workflow.MAX_STEP_SECONDS), plus a day. A worker holds a message with an eta in
+# its main process's memory until it is due: a forged one due in years would sit there.
+MAX_ETA_AHEAD_S = MAX_STEP_SECONDS + 24 * 3600.0
 TASK_ID = re.compile(r"[\x21-\x7e]{1,255}")  # what fits the last_task_id columns
 _SHOWN_CHARS, _SHOWN_ITEMS, _SHOWN_DEPTH, _SHOWN_TOTAL = 60, 4, 2, 200
 
@@ -90,6 +96,15 @@ def _is_timestamp(value: object) -> bool:
         return False
 
 
+def _is_near_timestamp(value: object) -> bool:
+    if not _is_timestamp(value):
+        return False
+    when = maybe_iso8601(value)
+    if when.tzinfo is None:  # Celery reads a naive eta as UTC
+        when = when.replace(tzinfo=UTC)
+    return bool((when - datetime.now(UTC)).total_seconds() <= MAX_ETA_AHEAD_S)
+
+
 def _is_text_list(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) and len(v) <= 255 for v in value)
 
@@ -115,7 +130,9 @@ FIELD_RULES: dict[str, Rule] = {
     },
     "argsrepr": _optional(_text(4096)),
     "kwargsrepr": _optional(_text(4096)),
-    "eta": _optional((_is_timestamp, "an ISO 8601 timestamp")),
+    "eta": _optional(
+        (_is_near_timestamp, f"an ISO 8601 timestamp at most {MAX_ETA_AHEAD_S:g} s ahead")
+    ),
     "expires": _optional((_is_timestamp, "an ISO 8601 timestamp")),
     "retries": _optional((_is_count, "a whole number >= 0")),
     "timelimit": _optional((_is_time_limits, f"[hard, soft] of null or 0-{MAX_TIME_LIMIT_S:g} s")),

@@ -105,7 +105,7 @@ def test_a_hop_passes_the_message_guard_and_reaches_the_task(
 ) -> None:
     from kombu import Connection
 
-    queue = app.conf.task_default_queue
+    queue = f"{app.conf.task_default_queue}.steps"  # steps have a queue of their own
     with inside_a_task(app):
         CeleryDispatcher(app).step("wf-1", "a", 3)
     with Connection(BROKER_URL) as conn:
@@ -134,8 +134,9 @@ def test_what_a_message_carries_passes_the_guard_and_is_shown_short(
     with inside_a_task(app):
         dispatcher.step("wf-1", "a", 3, carried=step_payload)
         dispatcher.phase("planning", "s-1", 4, snapshot)
-    step_message, phase_message = _queued(broker, queue)
-    broker.delete(queue)
+    (step_message,) = _queued(broker, f"{queue}.steps")
+    (phase_message,) = _queued(broker, queue)
+    broker.delete(queue, f"{queue}.steps")
     assert step_message["headers"]["argsrepr"] == "['wf-1', 'a', 3, '<step, 18 chars>']"
     assert phase_message["headers"]["argsrepr"] == "['s-1', 4, '<snapshot, 22 chars>']"
     for message, name in ((step_message, STEP), (phase_message, PLANNING)):
@@ -176,6 +177,21 @@ def test_a_publish_signal_receiver_gets_every_hop(app: Celery, broker: redis.Red
     assert seen == [PLANNING]
     assert len(_queued(broker, app.conf.task_default_queue)) == 1
     broker.delete(app.conf.task_default_queue)
+
+
+def test_steps_and_turns_go_to_queues_of_their_own(app: Celery, broker: redis.Redis) -> None:
+    """A turn never waits behind workflow steps: each has its own queue, and a retry's
+    countdown (send_task's path) lands on the steps' queue too."""
+    queue = app.conf.task_default_queue
+    dispatcher = CeleryDispatcher(app)
+    with inside_a_task(app):
+        dispatcher.step("wf-1", "a", 3)
+        dispatcher.phase("planning", "s-1", 4)
+    steps_sent = [json.loads(_body(m))[0] for m in _queued(broker, f"{queue}.steps")]
+    turns_sent = [json.loads(_body(m))[0] for m in _queued(broker, queue)]
+    broker.delete(queue, f"{queue}.steps")
+    assert steps_sent == [["wf-1", "a", 3]]
+    assert turns_sent == [["s-1", 4]]
 
 
 def test_rabbitmq_and_task_routes_keep_celerys_path(redis_url: str) -> None:

@@ -3,6 +3,7 @@ busy the queue is, and whoever re-delivers it (the broker or the sweep)."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from types import SimpleNamespace
 
@@ -65,7 +66,18 @@ def _mid_turn(engine: TurnEngine, dispatcher: RecordingDispatcher) -> str:
     return session_id
 
 
-def test_the_sweep_counts_recoveries_while_the_queue_is_busy(settings: Settings) -> None:
+def _age(engine: TurnEngine, session_id: str, *, backoff_over: bool) -> None:
+    """The session looks stuck since long ago (and its re-send back-off ran out)."""
+    values: dict[str, object] = {"updated_at": utcnow() - timedelta(hours=1)}
+    if backoff_over:
+        values["resend_at"] = time.time() - 1
+    with engine.services.sessions.engine.begin() as conn:
+        conn.execute(update(sessions).where(sessions.c.session_id == session_id).values(**values))
+
+
+def test_queued_work_is_never_given_up_and_its_resends_back_off(settings: Settings) -> None:
+    """A turn whose phase merely waits in a busy queue: the sweep sends it again, never
+    counts that as a recovery (nothing shows a worker took it), and backs off."""
     settings = settings.model_copy(update={"max_recoveries": 2})
     dispatcher, counted = BusyQueue(), PlanningCounted()
     engine = _engine(settings, dispatcher, counted)
@@ -74,23 +86,67 @@ def test_the_sweep_counts_recoveries_while_the_queue_is_busy(settings: Settings)
         WorkflowStore.for_engine(engine.services.sessions.engine), dispatcher, get_action, settings
     )
     sweep = RecoverySweep(engine.services, engine.interventions, workflows)
-    for _ in range(settings.max_recoveries + 1):
-        with engine.services.sessions.engine.begin() as conn:  # stuck since long ago
-            conn.execute(
-                update(sessions)
-                .where(sessions.c.session_id == session_id)
-                .values(updated_at=utcnow() - timedelta(hours=1))
-            )
+
+    def ours() -> list[tuple[object, ...]]:
+        return [a for kind, a in dispatcher.sent if kind == "phase" and a[1] == session_id]
+
+    for _ in range(settings.max_recoveries + 3):
+        _age(engine, session_id, backoff_over=True)
+        sweep.run()
+        _age(engine, session_id, backoff_over=False)  # stuck still, but backing off
         sweep.run()
     doc = engine.services.sessions.document(session_id)
-    assert doc is not None and doc["phase"] == "idle"
-    assert doc["message_history"][-1]["metadata"]["kind"] == "apology"
-    assert doc["metadata"]["last_error"]["detail"] == "gave up after 2 recoveries in phase planning"
-    # Two resumes were sent (their tasks lost too), then it was given up.
-    # (The sweep also meets other tests' sessions in a shared database: only ours count.)
-    ours = [args for kind, args in dispatcher.sent if kind == "phase" and args[1] == session_id]
-    assert ours == [("planning", session_id, ours[0][2])] * 2
+    assert doc is not None and doc["phase"] == "planning"  # waits on: never given up
+    assert len(ours()) == settings.max_recoveries + 3  # one re-send per back-off
+    with engine.services.sessions.engine.connect() as conn:
+        row = conn.execute(
+            select(sessions.c.recoveries, sessions.c.resends, sessions.c.resend_at).where(
+                sessions.c.session_id == session_id
+            )
+        ).one()
+    assert row.recoveries == 0
+    assert row.resends == settings.max_recoveries + 3
+    # The next re-send waits STUCK_AFTER x 16 at most (the back-off's ceiling).
+    assert row.resend_at - time.time() > settings.stuck_after * 15
     assert counted.calls == 0
+
+
+def test_a_lost_steps_worker_counts_once_per_claim(settings: Settings) -> None:
+    """A running step whose lease ran out counts one recovery and is sent again; while
+    that re-send merely waits (no claim since: same revision) it counts no more."""
+    backend = Backend.build(settings)
+    dispatcher = RecordingDispatcher()
+    store = WorkflowStore.for_engine(backend.engine)
+    workflows = WorkflowEngine(store, dispatcher, get_action, settings)
+    spec = {"steps": [{"step_id": "slow", "action": "sleep", "inputs": {"seconds": 0}}]}
+    workflow_id = workflows.start(workflows.validate(spec, known_actions()))
+    claimed = store.claim(workflow_id, "slow", 0, 60.0, "t-1")
+    assert claimed is not None
+    engine = _engine(settings, dispatcher, PlanningCounted())
+    sweep = RecoverySweep(engine.services, engine.interventions, workflows)
+
+    def lose_lease(**extra: object) -> None:
+        with backend.engine.begin() as conn:
+            conn.execute(
+                update(steps)
+                .where(steps.c.workflow_id == workflow_id)
+                .values(lease_expires_at=time.time() - 1, **extra)
+            )
+
+    def recoveries() -> int:
+        with backend.engine.connect() as conn:
+            query = select(steps.c.recoveries).where(steps.c.workflow_id == workflow_id)
+            return int(conn.execute(query).scalar_one())
+
+    lose_lease()
+    sweep.run()
+    assert recoveries() == 1
+    for _ in range(3):  # its re-send waits in the queue: not taken, not counted
+        lose_lease(resend_at=time.time() - 1)
+        sweep.run()
+    assert recoveries() == 1
+    sent = [a for kind, a in dispatcher.sent if kind == "step" and a[0] == workflow_id]
+    assert len(sent) == 1 + 1 + 3  # the start, then each re-send
 
 
 def test_redeliveries_are_counted_even_while_the_lost_workers_lock_blocks_them(

@@ -74,7 +74,7 @@ def test_a_failure_in_a_later_phase_is_recorded_in_that_phase(settings: Settings
 def test_waiting_on_a_workflow_leaves_no_countdown_message_behind(pg_url: str) -> None:
     # A countdown task would sit in the broker until the deadline even when the workflow
     # finishes first; the deadline is rung in-process instead, and only when it is due.
-    settings = make_settings(pg_url, execution_timeout=0.5)
+    settings = make_settings(pg_url, execution_timeout=0.5, stuck_after=0.5, sweep_interval=0.25)
     engine, dispatcher = engine_with(settings, Agent(reference, "tasks.agent"))
     session_id = start(engine, dispatcher, "what is 2+3 and 4*5?")
     snap = engine.services.sessions.load_from_database(session_id)
@@ -87,7 +87,13 @@ def test_waiting_on_a_workflow_leaves_no_countdown_message_behind(pg_url: str) -
         time.sleep(0.05)
     timeouts = [args for kind, args in dispatcher.sent if kind == "timeout"]
     assert timeouts == [(session_id, snap.deadline_at, 0.0)]
-    outcome = engine.interventions.fire_timeout(session_id, float(snap.deadline_at or 0.0))
+    deadline = float(snap.deadline_at or 0.0)
+    # Waiting on a running workflow, the turn gets the time the sweep needs to recover a
+    # lost step (STUCK_AFTER + two sweeps) and a fresh EXECUTION_TIMEOUT before it is
+    # timed out.
+    assert engine.interventions.fire_timeout(session_id, deadline).status == "not-due"
+    time.sleep(max(0.0, deadline + 0.5 + 2 * 0.25 + 0.5 - time.time()) + 0.05)
+    outcome = engine.interventions.fire_timeout(session_id, deadline)
     assert outcome.status == "timeout"
     doc = engine.services.sessions.document(session_id)
     assert doc is not None and doc["metadata"]["last_error"]["cause"] == "timeout"

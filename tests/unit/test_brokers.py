@@ -36,7 +36,11 @@ def test_redis_keeps_its_transport_and_visibility_timeout() -> None:
     assert config["broker_url"] == "redis://r:6379/1"
     assert config["broker_transport"] == "tasks.dispatch.transport:Transport"
     assert config["broker_transport_options"]["visibility_timeout"] >= 3600
-    assert "task_queues" not in config
+    # Turns and steps have queues of their own; a worker asks for them in sorted order
+    # (BRPOP takes from the first non-empty list): turns first.
+    assert [q.name for q in config["task_queues"]] == ["agentstate", "agentstate.steps"]
+    assert config["broker_transport_options"]["queue_order_strategy"] == "sorted"
+    assert sorted(q.name for q in config["task_queues"])[0] == config["task_default_queue"]
 
 
 def test_sentinel_becomes_kombus_sentinel_urls_and_master_name() -> None:
@@ -51,7 +55,9 @@ def test_sentinel_becomes_kombus_sentinel_urls_and_master_name() -> None:
 def test_rabbitmq_gets_a_durable_quorum_queue_on_a_topic_exchange() -> None:
     settings = _settings("amqp://rabbit//", queue="work")
     config = celery_config(settings)
-    (queue,) = config["task_queues"]
+    queue, steps = config["task_queues"]
+    assert steps.name == "work.steps" and steps.routing_key == "work.steps"
+    assert steps.exchange == queue.exchange
     assert queue.name == "work" and queue.durable
     assert queue.queue_arguments == {"x-queue-type": "quorum"}
     assert queue.exchange.type == "topic" and queue.routing_key == "work"

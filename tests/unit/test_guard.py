@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -147,6 +148,10 @@ def test_a_well_formed_call_passes(name: str, args: list[Any], kwargs: dict[str,
         ({"eta": "not a date"}, "header eta must be null or an ISO 8601 timestamp"),
         ({"eta": ""}, "header eta must be"),  # Celery reads "" as no eta, then crashes on it
         ({"eta": 0}, "header eta must be"),
+        # Far beyond anything agentstate schedules (a step's timer: a week at most).
+        ({"eta": "2999-01-01T00:00:00+00:00"}, "s ahead; got str '2999-01-01"),
+        ({"eta": (datetime.now(UTC) + timedelta(days=9)).isoformat()}, "header eta must be"),
+        ({"eta": "2999-01-01T00:00:00"}, "header eta must be"),  # naive: UTC, as Celery reads it
         ({"expires": 5}, "header expires must be"),
         ({"stamped_headers": [[1]]}, "header stamped_headers must be"),
         ({"stamps": []}, "header stamps must be"),
@@ -159,6 +164,12 @@ def test_a_well_formed_call_passes(name: str, args: list[Any], kwargs: dict[str,
 )
 def test_headers_celery_cannot_use_are_refused(extra: dict[str, Any], reason: str) -> None:
     assert reason in refused(PLANNING, [["s-1"], {}, NO_LINKS], **extra)
+
+
+def test_an_eta_within_what_agentstate_schedules_passes() -> None:
+    # A step's timer of a week (the longest agentstate schedules) is due in 7 days.
+    in_a_week = (datetime.now(UTC) + timedelta(days=7)).isoformat()
+    check(PLANNING, [["s-1"], {}, NO_LINKS], eta=in_a_week)
 
 
 def test_a_message_without_a_task_id_is_refused() -> None:

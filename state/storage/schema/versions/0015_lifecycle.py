@@ -10,7 +10,7 @@ history instead of copying it.
   being deleted, so they are kept readable first.
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 Create Date: 2026-12-03
 """
 
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0015"
-down_revision = "0013"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
