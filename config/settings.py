@@ -6,7 +6,14 @@ import os
 from enum import StrEnum
 from functools import lru_cache
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from config.api_keys import parse_api_keys
@@ -23,6 +30,7 @@ from state.errors import ConfigurationError
 
 __all__ = [
     "HopPolicy",
+    "LogFormat",
     "Settings",
     "child_environment",
     "get_settings",
@@ -54,12 +62,30 @@ class QueueType(StrEnum):
     CLASSIC = "classic"
 
 
+class LogFormat(StrEnum):
+    """How workers (and beat, Flower, ``agentstate serve``) write their log lines."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
+# The OpenTelemetry variables every OTLP exporter reads (read here, as everything is).
+OTEL_ALIASES = {
+    "otlp_endpoint": "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "otlp_traces_endpoint": "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+}
+
+
 class Settings(BaseSettings):
     """Every knob of agentstate; see the README's configuration table."""
 
     # No input in validation errors: they would quote URLs, passwords included.
     model_config = SettingsConfigDict(
-        env_prefix="AGENTSTATE_", frozen=True, extra="ignore", hide_input_in_errors=True
+        env_prefix="AGENTSTATE_",
+        frozen=True,
+        extra="ignore",
+        hide_input_in_errors=True,
+        populate_by_name=True,
     )
 
     # URLs may carry passwords: kept out of repr() so that logging Settings leaks none.
@@ -140,6 +166,34 @@ class Settings(BaseSettings):
     stream_heartbeat: float = Field(15.0, gt=0)
     stream_max_seconds: float = Field(900.0, gt=0)
     max_streams: int = Field(1000, ge=1)
+    # Operations: metrics, traces, logs (docs/operations/observability.md).
+    metrics_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="Port each worker serves Prometheus metrics on (0: off).",
+    )
+    metrics_addr: str = Field(
+        "0.0.0.0",  # noqa: S104 - scraped from other hosts/containers, as exporters are
+        description="Address the worker's metrics endpoint binds to.",
+    )
+    otel: bool = Field(
+        False,
+        description="Send OpenTelemetry spans (one per phase and step) over OTLP/HTTP.",
+    )
+    otlp_endpoint: str = Field(
+        "",
+        validation_alias=AliasChoices(OTEL_ALIASES["otlp_endpoint"]),
+        description="OTLP/HTTP base URL (/v1/traces is appended); standard variable.",
+    )
+    otlp_traces_endpoint: str = Field(
+        "",
+        validation_alias=AliasChoices(OTEL_ALIASES["otlp_traces_endpoint"]),
+        description="OTLP/HTTP traces URL, used as is; standard variable.",
+    )
+    log_format: LogFormat = Field(
+        LogFormat.TEXT, description="Log lines as text (Celery's format) or JSON objects."
+    )
 
     @field_validator("agent", "queue")
     @classmethod
@@ -205,6 +259,24 @@ class Settings(BaseSettings):
             )
         object.__setattr__(self, "task_time_limit", hard)
         object.__setattr__(self, "task_soft_time_limit", soft)
+
+    @property
+    def otlp_traces_url(self) -> str:
+        """Where spans go: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as is, else
+        OTEL_EXPORTER_OTLP_ENDPOINT + ``/v1/traces``, else the collector's default port
+        on this host (the OTLP specification's defaults)."""
+        if self.otlp_traces_endpoint:
+            return self.otlp_traces_endpoint
+        base = self.otlp_endpoint or "http://localhost:4318"
+        return base.rstrip("/") + "/v1/traces"
+
+    @field_validator("otlp_endpoint", "otlp_traces_endpoint")
+    @classmethod
+    def _http_url(cls, value: str, info: ValidationInfo) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            variable = OTEL_ALIASES[str(info.field_name)]
+            raise ConfigurationError(f"{variable} must be an http:// or https:// URL")
+        return value
 
     @property
     def action_module_list(self) -> list[str]:
@@ -284,5 +356,9 @@ def child_environment(settings: Settings) -> dict[str, str]:
     if settings.redis_url_file and not settings.broker_url_file:
         values.pop("broker_url", None)  # it defaulted to the Redis URL: it will again
     for name, value in values.items():
+        if name in OTEL_ALIASES:
+            if value:
+                env[OTEL_ALIASES[name]] = str(value)
+            continue
         env[f"AGENTSTATE_{name.upper()}"] = str(getattr(value, "value", value))
     return env

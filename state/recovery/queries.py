@@ -10,6 +10,7 @@ from datetime import datetime
 
 from sqlalchemy import Engine, Select, and_, or_, select, update
 
+from state import observe
 from state.clock import utcnow
 from state.events import revisions
 from state.machine import RESTING_PHASES, WAITING_PHASES, Phase
@@ -96,6 +97,7 @@ def note_redelivery(engine: Engine, session_id: str, phase: str, revision: int |
         where.append(sessions.c.phase == phase)
     with engine.begin() as conn:
         conn.execute(update(sessions).where(*where).values(recoveries=sessions.c.recoveries + 1))
+    observe.current.recovered("redelivery")
 
 
 def expire_idle_sessions(engine: Engine, cutoff: datetime) -> int:
