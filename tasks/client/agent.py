@@ -43,6 +43,7 @@ from tasks.client.control import checked_message
 from tasks.client.reads import SessionReads, finished_workflow
 from tasks.client.timeline import Timeline
 from tasks.dispatch.dispatcher import CeleryDispatcher
+from tasks.observability import tracing
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +111,20 @@ class AgentClient(ApprovalControl, Timeline):
         strategy = checked_message(
             self.settings, session_id, text, user_id, idempotency_key, strategy=multitask_strategy
         )
+        # The trace of the turn starts here (AGENTSTATE_OTEL): the kick carries it.
+        with tracing.client_span(
+            "agentstate.send_message", **{"agentstate.session_id": session_id}
+        ):
+            return self._send_message(session_id, text, user_id, idempotency_key, strategy)
+
+    def _send_message(
+        self,
+        session_id: str,
+        text: str,
+        user_id: str,
+        idempotency_key: str | None,
+        strategy: MultitaskStrategy,
+    ) -> str:
         self._check_workers_database()
         if strategy == MultitaskStrategy.ENQUEUE:
             item = self.inbox.accept(session_id, user_id, text, idempotency_key)

@@ -9,6 +9,7 @@ from celery import Celery
 
 from config.brokers import Broker
 from tasks.dispatch.publisher import DirectPublisher
+from tasks.observability import tracing
 
 PHASE_TASK = "agentstate.phase.{}"
 TIMEOUT_TASK = "agentstate.session.timeout"
@@ -40,7 +41,12 @@ class CeleryDispatcher:
     def timeout(self, session_id: str, deadline: float, delay_s: float) -> None:
         """Enqueue the deadline check to run after ``delay_s`` seconds."""
         countdown = self._countdown(delay_s)
-        self.app.send_task(TIMEOUT_TASK, args=[session_id, deadline], countdown=countdown)
+        self.app.send_task(
+            TIMEOUT_TASK,
+            args=[session_id, deadline],
+            countdown=countdown,
+            headers=tracing.headers(),
+        )
 
     def step(
         self,
@@ -66,8 +72,12 @@ class CeleryDispatcher:
         # cost, which every hop pays.
         argsrepr = repr(args) if shown is None else shown
         options = {key: value for key, value in options.items() if value is not None}
-        if not options and self.direct.publish(name, args, argsrepr):
+        # The trace context (AGENTSTATE_OTEL): the task's span joins the sender's trace.
+        headers = tracing.headers()
+        if not options and self.direct.publish(name, args, argsrepr, headers):
             return
+        if headers:
+            options["headers"] = headers
         self.app.send_task(name, args=args, argsrepr=argsrepr, kwargsrepr="{}", **options)
 
     def _countdown(self, delay_s: float) -> float:
