@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
-from config import get_settings
+from config import Settings, get_settings
 from state.errors import MissingDependencyError
 
 logger = logging.getLogger(__name__)
@@ -27,19 +27,20 @@ EXPORT_EVERY_MS = 1000
 
 # (pid, tracer or None): decided on first use in each process.
 _decided: tuple[int, Any] | None = None
+_providers: list[Any] = []
 
 
-def tracer() -> Any:
-    """This process's tracer, or None when tracing is off."""
+def tracer(settings: Settings | None = None) -> Any:
+    """This process's tracer, or None when tracing is off (decided on first use, from
+    ``settings`` or the environment's)."""
     decided = _decided
     if decided is not None and decided[0] == os.getpid():
         return decided[1]
-    return _decide()
+    return _decide(settings or get_settings())
 
 
-def _decide() -> Any:
+def _decide(settings: Settings) -> Any:
     global _decided  # noqa: PLW0603 - one tracer provider per process
-    settings = get_settings()
     found = None
     if settings.otel:
         found = _start(settings.otlp_traces_url)
@@ -61,6 +62,7 @@ def _start(url: str) -> Any:
     exporter = OTLPSpanExporter(endpoint=url)
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=EXPORT_EVERY_MS))
     # Not the global provider: an app's own tracing setup stays its own.
+    _providers.append(provider)
     return provider.get_tracer("agentstate")
 
 
@@ -84,9 +86,11 @@ def task_span(name: str, request: Any, **attributes: Any) -> AbstractContextMana
     return _span(found, name, _carried(request), attributes, consumer=True)
 
 
-def client_span(name: str, **attributes: Any) -> AbstractContextManager[Any]:
+def client_span(
+    name: str, settings: Settings | None = None, **attributes: Any
+) -> AbstractContextManager[Any]:
     """A span in an app (``send_message``): a new trace, or a child of the app's own."""
-    found = tracer()
+    found = tracer(settings)
     if found is None:
         return nullcontext()
     return _span(found, name, None, attributes, consumer=False)
@@ -119,6 +123,9 @@ def _carried(request: Any) -> Any:
 
 
 def forget() -> None:
-    """Decide again on next use (tests that change settings)."""
+    """Decide again on next use (tests that change settings); spans not sent yet are
+    sent first."""
     global _decided  # noqa: PLW0603
-    _decided = None
+    decided, _decided = _decided, None
+    if decided is not None and decided[1] is not None:
+        _providers.pop().shutdown()
