@@ -26,6 +26,9 @@ class Observer(Protocol):
         """Lost work was taken up again outside a sweep: ``what`` is ``redelivery`` (the
         broker gave a lost worker's phase to another worker)."""
 
+    def turn_ended(self, outcome: str) -> None:
+        """A turn ended outside its phase task's commit (its worker's watchdog)."""
+
     def swept(self, counts: Mapping[str, int], recovered: int) -> None:
         """A recovery sweep ran: what it found and did (``SweepReport``), of which
         ``recovered`` items were lost or stuck work taken up again."""
@@ -41,6 +44,9 @@ class NullObserver:
         """Ignored."""
 
     def recovered(self, what: str, count: int = 1) -> None:
+        """Ignored."""
+
+    def turn_ended(self, outcome: str) -> None:
         """Ignored."""
 
     def swept(self, counts: Mapping[str, int], recovered: int) -> None:

@@ -410,9 +410,10 @@ class TurnEngine:
 
         def ring() -> bool:
             try:
-                self.interventions.end_overrun(draft.at_checkpoint(), cause)
+                ended = self.interventions.end_overrun(draft.at_checkpoint(), cause)
             except StaleStateError:
                 return False  # the turn moved on (the handler returned after all)
+            observe.current.turn_ended(ended.turn or "failed")
             logger.warning("session %s: %s; its turn was ended", snap.session_id, cause)
             return False
 

@@ -113,7 +113,7 @@ class AgentClient(ApprovalControl, Timeline):
         )
         # The trace of the turn starts here (AGENTSTATE_OTEL): the kick carries it.
         with tracing.client_span(
-            "agentstate.send_message", **{"agentstate.session_id": session_id}
+            "agentstate.send_message", self.settings, **{"agentstate.session_id": session_id}
         ):
             return self._send_message(session_id, text, user_id, idempotency_key, strategy)
 

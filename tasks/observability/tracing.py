@@ -125,7 +125,7 @@ def _carried(request: Any) -> Any:
 def forget() -> None:
     """Decide again on next use (tests that change settings); spans not sent yet are
     sent first."""
-    global _decided  # noqa: PLW0603
+    global _decided
     decided, _decided = _decided, None
     if decided is not None and decided[1] is not None:
         _providers.pop().shutdown()
