@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import anatomy, deploy, eventlog, harness, http, interactive, suite
+from bench import anatomy, deploy, eventlog, harness, http, interactive, observability, suite
 from bench.rows import Row
 
 ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
@@ -44,6 +44,8 @@ ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
     # Interactive agents (bench/interactive.py): token streaming, the asyncio client.
     "streaming": interactive.streaming,
     "async": interactive.async_client,
+    # What operators see (bench/observability.py): metrics and OTel on vs off.
+    "observability": observability.observability,
 }
 
 
