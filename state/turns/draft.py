@@ -67,15 +67,14 @@ class PhaseOutcome:
     def as_dict(self) -> Document:
         """JSON-ready form (by hand: ``dataclasses.asdict`` deep-copies, five times the
         cost, on every phase)."""
-        shown: Document = {
+        return {
             "session_id": self.session_id,
             "status": self.status,
             "phases": list(self.phases),
             "revision": self.revision,
+            "turn": self.turn,
+            "error": self.error,
         }
-        if self.turn is not None:
-            shown["turn"] = self.turn
-        return shown
 
 
 def _nothing() -> None:

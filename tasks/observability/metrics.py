@@ -25,6 +25,8 @@ from typing import Any
 from config import Settings
 from state import observe
 from state.gauges import Waiting, waiting
+
+__all__ = ["Metrics", "Waiting", "WaitingCollector", "active", "render", "serve_registry"]
 from state.machine import WORK_PHASES
 
 logger = logging.getLogger(__name__)
