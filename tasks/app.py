@@ -58,10 +58,10 @@ def _fresh_connections(**_: object) -> None:
 @after_setup_task_logger.connect
 def _hide_secrets(logger: logging.Logger, **_: object) -> None:
     # Whatever a library puts in a worker's, beat's or Flower's log, no password stays.
-    from config import get_settings
     from config.settings import LogFormat
+    from tasks.worker.startup import settings_or_exit
 
-    if get_settings().log_format == LogFormat.JSON:
+    if settings_or_exit().log_format == LogFormat.JSON:
         from tasks.observability.logs import use_json
 
         use_json(logger)
