@@ -48,7 +48,8 @@ def _receiver() -> Iterator[str]:
 
 def observability(table: list[Row], notes: list[str], scale: float, args: Any) -> None:
     """Turns/s every_phase with metrics on, OTel on, and both, vs both off (goal >= 0.95x
-    each), in :data:`bench.suite.SHAPE`, the modes taking turns round by round."""
+    each), in :data:`bench.suite.SHAPE`, the modes taking turns round by round (the
+    order rotating), the best round of each reported."""
     sessions, per = turns_of(scale)
     best: dict[str, float] = {}
     with _receiver() as url:
@@ -58,8 +59,13 @@ def observability(table: list[Row], notes: list[str], scale: float, args: Any) -
             "otel": {"otel": True, "otlp_traces_endpoint": url},
             "metrics+otel": {"metrics_port": 0, "otel": True, "otlp_traces_endpoint": url},
         }
-        for _ in range(sized(3, scale, 2)):
-            for label, overrides in modes.items():
+        order = list(modes)
+        for round_ in range(sized(4, scale, 2)):
+            # Each mode takes each place in the order in turn: on a shared machine the
+            # first measurement after a start is not the same as the third.
+            shift = round_ % len(order)
+            for label in order[shift:] + order[:shift]:
+                overrides = modes[label]
                 ours = _turns_per_second(overrides, sessions, per)
                 say(f"{label}: {ours:.1f} turns/s")
                 best[label] = max(best.get(label, 0.0), ours)

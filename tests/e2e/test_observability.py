@@ -277,3 +277,24 @@ def test_a_raising_handler_leaves_its_traceback_in_the_worker_log(
     assert "RuntimeError: the planner exploded on purpose" in logs
     # The FSM's per-transition lines are DEBUG lines: not at this level.
     assert "Finished processing state" not in logs
+
+
+def test_serve_exposes_metrics_and_writes_json_logs(
+    client: AgentClient, obs_settings: Settings, tmp_path: Path
+) -> None:
+    from tests.api_support import read, serving
+
+    waiting = uid("s")
+    _services(obs_settings).inbox.accept(waiting, uid("u"), "queued, never kicked")
+    settings = obs_settings.model_copy(update={"otel": False})
+    with serving(settings, tmp_path, None, AGENTSTATE_LOG_FORMAT="json") as api:
+        response = api.client().get("/metrics")
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/plain")
+        families = {f.name: f for f in text_string_to_metric_families(response.text)}
+        assert families["agentstate_inbox_depth"].samples[0].value >= 1
+        assert "agentstate_turns" in families  # the counters, registered at start
+        log = read(api.log)
+    lines = [line for line in log.splitlines() if line.startswith("{")]
+    assert lines, log
+    assert all(json.loads(line)["level"] for line in lines)
