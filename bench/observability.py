@@ -1,25 +1,34 @@
-"""The cost of what operators see: turns/s with Prometheus metrics on
-(AGENTSTATE_METRICS_PORT) and with OpenTelemetry on (AGENTSTATE_OTEL, spans to a local
-OTLP receiver that accepts and drops them) vs both off, on the same worker shape, warm.
+"""The cost of what operators see: turns/s and worker CPU per turn with Prometheus
+metrics on (AGENTSTATE_METRICS_PORT), with OpenTelemetry on (AGENTSTATE_OTEL, spans to a
+local OTLP receiver that accepts and drops them), and with both, vs both off.
+
+Every mode has its own workers in the same shape, all up at once and warm, and they take
+turns batch by batch (the order rotating), so a machine shared with others slows them
+alike: each figure sums many short batches spread over the same minutes.
 """
 
 from __future__ import annotations
 
+import os
 import threading
+import time
+import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from bench import harness, rows
-from bench.harness import say
 from bench.rows import Row
-from bench.suite import SHAPE, SHAPE_NAME, sized, turns_of
-from config import Settings
+from bench.suite import SHAPE, SHAPE_NAME, sized
+from tasks.client import AgentClient
 from tasks.observability import tracing
-from tasks.worker.processes import free_port
+from tasks.worker.processes import WorkerGroup, free_port
 
 GOAL = ">= 0.95x"
+MODES = ("off", "metrics", "otel", "metrics+otel")
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 class _Drop(BaseHTTPRequestHandler):
@@ -46,51 +55,91 @@ def _receiver() -> Iterator[str]:
         server.shutdown()
 
 
+def _overrides(label: str, url: str) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    if "metrics" in label:
+        values.update(metrics_port=free_port(), metrics_addr="127.0.0.1")
+    if "otel" in label:
+        values.update(otel=True, otlp_traces_endpoint=url)
+    return values
+
+
+def _cpu_s(group: WorkerGroup) -> float:
+    """CPU seconds (user + system) the group's main processes and pool children used."""
+    total = 0.0
+    for pid in group.pids():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+    return total
+
+
 def observability(table: list[Row], notes: list[str], scale: float, args: Any) -> None:
     """Turns/s every_phase with metrics on, OTel on, and both, vs both off (goal >= 0.95x
-    each), in :data:`bench.suite.SHAPE`, the modes taking turns round by round (the
-    order rotating), the best round of each reported."""
-    sessions, per = turns_of(scale)
-    best: dict[str, float] = {}
-    with _receiver() as url:
-        modes = {
-            "off": {},
-            "metrics": {"metrics_port": 0},  # a free port, chosen per worker start
-            "otel": {"otel": True, "otlp_traces_endpoint": url},
-            "metrics+otel": {"metrics_port": 0, "otel": True, "otlp_traces_endpoint": url},
-        }
-        order = list(modes)
-        for round_ in range(sized(4, scale, 2)):
-            # Each mode takes each place in the order in turn: on a shared machine the
-            # first measurement after a start is not the same as the third.
-            shift = round_ % len(order)
-            for label in order[shift:] + order[:shift]:
-                overrides = modes[label]
-                ours = _turns_per_second(overrides, sessions, per)
-                say(f"{label}: {ours:.1f} turns/s")
-                best[label] = max(best.get(label, 0.0), ours)
-    off = best["off"]
-    for label in ("metrics", "otel", "metrics+otel"):
+    each), and the workers' CPU ms per turn; the modes' workers up at once, taking turns
+    batch by batch."""
+    batch_sessions, per = sized(10, scale, 3), 3
+    rounds = sized(12, scale, 3)
+    elapsed = dict.fromkeys(MODES, 0.0)
+    cpu = dict.fromkeys(MODES, 0.0)
+    turns = dict.fromkeys(MODES, 0)
+    # This process sends without tracing in every mode (its tracer is per process): what
+    # is compared is the workers' cost.
+    tracing.forget()
+    tracing.tracer(harness.bench_settings())
+    with _receiver() as url, ExitStack() as stack:
+        groups: dict[str, tuple[AgentClient, WorkerGroup]] = {}
+        for label in MODES:
+            settings = harness.bench_settings(**_overrides(label, url))
+            group = stack.enter_context(harness.workers(settings, **SHAPE))
+            client = AgentClient(settings)
+            rows.send_turns(client, f"warm-{uuid.uuid4().hex[:6]}", 4, 2)
+            groups[label] = (client, group)
+        for round_ in range(rounds):
+            shift = round_ % len(MODES)
+            for label in MODES[shift:] + MODES[:shift]:
+                client, group = groups[label]
+                before_cpu, started = _cpu_s(group), time.perf_counter()
+                rows.send_turns(client, f"obs-{uuid.uuid4().hex[:8]}", batch_sessions, per)
+                elapsed[label] += time.perf_counter() - started
+                cpu[label] += _cpu_s(group) - before_cpu
+                turns[label] += batch_sessions * per
+        for label in MODES:
+            harness.say(
+                f"{label}: {turns[label] / elapsed[label]:.1f} turns/s, "
+                f"{cpu[label] * 1000 / turns[label]:.1f} worker CPU ms/turn"
+            )
+    tracing.forget()
+    rate = {label: turns[label] / elapsed[label] for label in MODES}
+    ms = {label: cpu[label] * 1000 / turns[label] for label in MODES}
+    for label in MODES[1:]:
         table.append(
             Row(
-                f"turns/s every_phase [{label} on]", best[label], off, "turns/s", "off", target=GOAL
+                f"turns/s every_phase [{label} on]",
+                rate[label],
+                rate["off"],
+                "turns/s",
+                "off",
+                target=GOAL,
+            )
+        )
+    for label in MODES[1:]:
+        table.append(
+            Row(
+                f"worker CPU per turn [{label} on]",
+                ms[label],
+                ms["off"],
+                "ms",
+                "off",
+                higher_is_better=False,
+                target="report",
             )
         )
     notes.append(
-        f"observability: {sessions} sessions x {per} messages per mode on {SHAPE_NAME}, the "
-        "best of the rounds; OTel spans go to a local receiver that drops them (the client "
-        "process traces send_message too)."
+        f"observability: {rounds} rounds of {batch_sessions} sessions x {per} messages per "
+        f"mode on {SHAPE_NAME} each, the four modes' workers up at once and taking turns "
+        "batch by batch (time and CPU summed over the batches); OTel spans go to a local "
+        "receiver that drops them; the sending process does not trace."
     )
-
-
-def _turns_per_second(overrides: dict[str, Any], sessions: int, per: int) -> float:
-    values = dict(overrides)
-    if "metrics_port" in values:
-        values.update(metrics_port=free_port(), metrics_addr="127.0.0.1")
-    settings: Settings = harness.bench_settings(**values)
-    tracing.forget()  # this process's client follows the mode's settings
-    try:
-        with harness.workers(settings, **SHAPE):
-            return rows.turns_per_second(settings, sessions, per)
-    finally:
-        tracing.forget()

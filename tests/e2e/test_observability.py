@@ -275,6 +275,8 @@ def test_a_raising_handler_leaves_its_traceback_in_the_worker_log(
     logs = "\n".join(p.read_text(errors="replace") for p in Path(workers.log_dir).glob("*.log"))
     assert "Traceback (most recent call last)" in logs
     assert "RuntimeError: the planner exploded on purpose" in logs
+    # An action's too (the failing steps of the tests above).
+    assert "PermanentActionError: boom" in logs
     # The FSM's per-transition lines are DEBUG lines: not at this level.
     assert "Finished processing state" not in logs
 
