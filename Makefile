@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install services lint typecheck unit test demo bench lock clean
+.PHONY: install services lint typecheck unit test docs demo bench lock clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,20 @@ typecheck: install
 unit: install
 	$(BIN)/pytest -q tests/unit
 
-test: install services lint typecheck
+test: install services lint typecheck docs
 	$(BIN)/pytest -q
+
+# The docs site, built strictly into site/: a broken link, a missing page or a reference
+# page the code can no longer write fails the build. The reference pages (CLI, settings,
+# errors, client, FSM, HTTP routes) are written from the code by docs/hooks/reference.py.
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 demo: install services
 	$(BIN)/agentstate demo
@@ -53,4 +65,4 @@ lock:
 		--output-file requirements.lock pyproject.toml
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache agentstate.db*
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache agentstate.db* site

@@ -77,95 +77,171 @@ OTEL_ALIASES = {
 
 
 class Settings(BaseSettings):
-    """Every knob of agentstate; see the README's configuration table."""
+    """Every knob of agentstate (docs/reference/settings.md lists them, from here)."""
 
-    # No input in validation errors: they would quote URLs, passwords included.
+    # No input in validation errors: they would quote URLs, passwords included. Each
+    # field's docstring is its description, which the docs' settings page shows.
     model_config = SettingsConfigDict(
         env_prefix="AGENTSTATE_",
         frozen=True,
         extra="ignore",
         hide_input_in_errors=True,
+        use_attribute_docstrings=True,
         populate_by_name=True,
     )
 
     # URLs may carry passwords: kept out of repr() so that logging Settings leaks none.
     redis_url: str = Field("redis://localhost:6379/0", repr=False)
+    """Locks and cache (passwords and ACL users go in the URL, percent-escaped);
+    `redis+sentinel://...` for Sentinel."""
     broker_url: str = Field("", repr=False)
+    """Celery broker: `redis://`, `redis+sentinel://` or `amqp://` (RabbitMQ); unset, the Redis
+    URL."""
     # A relative SQLite path (the default's included) is made absolute against the folder
     # the process starts in, here, once: every later use, and every process started with
     # child_environment, names the same file.
     database_url: str = Field("sqlite:///agentstate.db", repr=False, validate_default=True)
+    """The authority; Postgres in production (`postgresql+psycopg2://...`); other databases and
+    drivers are refused. A relative SQLite path (the default's) is made absolute against the
+    folder the process starts in; workers show it in their banner."""
     # Files holding those URLs (Docker/Kubernetes secrets), instead of the variables.
     redis_url_file: str = ""
+    """Read `AGENTSTATE_REDIS_URL` from a file (a Docker or Kubernetes secret); setting both is an
+    error."""
     broker_url_file: str = ""
+    """The same for `AGENTSTATE_BROKER_URL`."""
     database_url_file: str = ""
+    """The same for `AGENTSTATE_DATABASE_URL`."""
     db_pooler: DbPooler = DbPooler.NONE
+    """`pgbouncer`: a pooler in transaction mode is in front of Postgres (statements go
+    unprepared). Forgotten, a process notices the pooler by its prepared-statement errors, goes
+    on unprepared and warns once naming this setting."""
     broker_queue_type: QueueType = QueueType.QUORUM
+    """RabbitMQ only: `quorum` or `classic`."""
     lock_timeout: float = Field(30.0, gt=0)
+    """Lock TTL in seconds (renewed while held)."""
     session_ttl: float = Field(3600.0, gt=0)
+    """Seconds idle before beat marks a session timed out."""
     cache_ttl: int = Field(3600, gt=0)
+    """Seconds a cache entry lives."""
     execution_timeout: float = Field(30.0, gt=0)
+    """Seconds the `executing` phase may take (a durable deadline)."""
     retry_backoff: float = Field(1.0, ge=0)
+    """Base of a workflow step's exponential retry delay, seconds."""
     agent: str = "tasks.agent"
+    """Dotted path of the phase handlers."""
     action_modules: str = ""
+    """Comma-separated modules that register workflow actions; workers import them at start and
+    publish the names they serve."""
     max_message_bytes: int = Field(65536, gt=0)
+    """Largest accepted message."""
     # What one message may make the reference agent do and store.
     max_calculations_per_message: int = Field(20, ge=1)
+    """Reference agent: a message with more expressions computes none and says so."""
     max_reply_bytes: int = Field(16384, ge=64)
+    """Reference agent: longer replies are cut, ending in an ellipsis."""
     max_facts: int = Field(100, ge=1)
+    """Reference agent: memories kept per user; one more forgets the oldest."""
     max_fact_bytes: int = Field(2048, ge=1)
+    """Reference agent: a longer \"remember that ...\" is refused with a reply."""
     # What one input may cost anyone; past a limit the input is refused, naming it.
     max_user_state_bytes: int = Field(1 << 20, gt=0)
+    """Largest user state, as JSON."""
     max_spec_bytes: int = Field(1 << 20, gt=0)
+    """Largest workflow spec, as JSON."""
     max_spec_links: int = Field(100_000, ge=0)
+    """Most dependency links in one workflow spec."""
     max_step_io_bytes: int = Field(1 << 20, gt=0)
+    """Largest inputs, and largest outputs, of one workflow step."""
     # Seconds a handler other than executing's may run before its turn is ended.
     phase_time_limit: float = Field(10.0, gt=0)
+    """Seconds a handler other than `executing`'s may run."""
     stuck_after: float = Field(60.0, gt=0)
+    """Seconds without progress before the sweep resumes work; set it above the longest time a
+    message may wait in the queue."""
     hop_policy: HopPolicy = HopPolicy.EVERY_PHASE
+    """`every_phase`: each phase goes through the broker; `inline`: a `@quick` phase continues into
+    the next in the same worker process (one durable checkpoint per phase still)."""
     # A quick phase's message carries the snapshot it continues from (Postgres only):
     # it then reads no cache and takes no lock; its commit checks the snapshot.
     carry_snapshot: bool = True
+    """Postgres: a quick phase's (or released step's) task message carries the snapshot it
+    continues from (up to 32 KiB of JSON), so it reads no cache and takes no lock; its commit
+    lands only if the row holds exactly that snapshot (`false`: every phase locks and reads the
+    cache)."""
     # Events: handlers' own events, and how long the event log and revisions are kept.
     # AGENTSTATE_EVENTS=false stops only the push that wakes followers (they then poll
     # slowly); the log itself is always written.
     events: bool = True
+    """Push each commit to the session's followers through Redis (`false`: waits and followers
+    poll; the event log is written either way)."""
     events_retain_days: float = Field(30.0, gt=0)
+    """Days events and revision records are kept (beat prunes older ones; a session's current state
+    is kept)."""
     max_event_bytes: int = Field(16384, ge=64)
+    """Largest `data` of an event a handler emits."""
     max_events_per_phase: int = Field(100, ge=1)
+    """Events one phase of a handler may emit."""
     # Bytes (UTF-8) of token chunks one turn may stream to followers (ctx.stream).
     max_stream_bytes: int = Field(1 << 20, ge=64)
+    """Bytes of chunks one turn may stream with `ctx.stream`."""
     # Human approval: how long a request waits for a decision before beat rejects it.
     approval_ttl: float = Field(86400.0, gt=0)
+    """Seconds an approval waits for a decision before beat rejects it (`by == \"expired\"`); a
+    handler may give its own `ttl_s`."""
     # Not in the public surface, but handy for operators and benchmarks.
     task_events: bool = True
+    """Celery task events (what Flower shows)."""
     sweep_interval: float = Field(15.0, gt=0)
+    """Seconds between recovery sweeps under beat."""
     max_recoveries: int = Field(3, ge=1)
+    """Recoveries of one turn or step (its worker lost, by the sweep or the broker's redelivery)
+    before it is given up."""
     auto_migrate: bool = True
+    """Upgrade the schema on first use."""
     queue: str = "agentstate"
+    """The Celery queue every task goes to."""
     baseline_tasks: bool = False
-    # Per engine, and each process has two (one in autocommit mode): see the README.
+    """Load the bare baseline tasks benchmarks measure against."""
+    # Per engine, and each process has two (one in autocommit mode).
     db_pool_size: int = Field(5, ge=1)
+    """Connections each database engine keeps (a process has two engines)."""
     db_max_overflow: int = Field(10, ge=0)
+    """Connections an engine may open beyond its pool under load."""
     # Celery: a task past the soft limit gets SoftTimeLimitExceeded, past the hard one its
     # process is killed (the recovery sweep then resumes its turn or step). 0: derived from
     # EXECUTION_TIMEOUT and LOCK_TIMEOUT (at least 360 s hard, 60 s less soft).
     task_soft_time_limit: float = Field(0.0, ge=0)
+    """Seconds before a running task gets `SoftTimeLimitExceeded` (default: 60 below the hard
+    limit, at least 80% of it)."""
     task_time_limit: float = Field(0.0, ge=0)
+    """Seconds before a task's worker process is killed and replaced; the sweep resumes its work
+    (default: 360, or 120 above the longer of the execution timeout and the lock timeout; must
+    exceed both)."""
     # KiB of resident memory after which a worker child is replaced (0: never).
     worker_max_memory_per_child: int = Field(512_000, ge=0)
+    """KiB of resident memory after which a worker child is replaced (`0`: never)."""
     # The HTTP service (`agentstate serve`): bearer keys ("key:user_id,key2:*"; a secret,
     # kept out of repr()), or the file holding them, and what one request may cost.
     api_keys: str = Field("", repr=False)
+    """`agentstate serve`'s bearer keys, `key:user_id` pairs separated by commas (`key:*`: an
+    operator); a secret, never logged; without it the service listens on loopback only and every
+    caller is the operator."""
     api_keys_file: str = ""
+    """Read `AGENTSTATE_API_KEYS` from a file (one pair per line); setting both is an error."""
     max_request_bytes: int = Field(2 << 20, gt=0)
+    """Largest HTTP request body."""
     request_time_limit: float = Field(30.0, gt=0)
+    """Seconds an HTTP request may take before its answer begins."""
     # Event streams (Server-Sent Events): a comment this often keeps proxies from closing
     # an idle stream; a stream ends after stream_max_seconds (the browser reconnects with
     # Last-Event-ID); at most max_streams are open at once in one serve process.
     stream_heartbeat: float = Field(15.0, gt=0)
+    """Seconds between comments on an idle event stream (SSE)."""
     stream_max_seconds: float = Field(900.0, gt=0)
+    """The longest an event stream stays open (clients resume with `Last-Event-ID`)."""
     max_streams: int = Field(1000, ge=1)
+    """Event streams one `agentstate serve` process holds at once."""
     # Operations: metrics, traces, logs (docs/operations/observability.md).
     metrics_port: int = Field(
         0,
@@ -331,6 +407,12 @@ SUPPORTED_CHECKS = {
     "redis_url": check_redis_url,
     "broker_url": check_broker_url,
 }
+
+
+def variable_of(field: str) -> str:
+    """The environment variable of Settings field ``field`` (``AGENTSTATE_<FIELD>``, or the
+    standard OpenTelemetry variable an OTLP field reads)."""
+    return OTEL_ALIASES.get(field, f"AGENTSTATE_{field.upper()}")
 
 
 def settings_error_line(exc: ValidationError) -> str:

@@ -1,6 +1,6 @@
 """Streaming progress: print a turn's events as they happen, then resume from a seq.
 
-Run it next to workers (README "Streaming progress"):
+Run it next to workers (docs/guides/events.md):
 
     python examples/follow_events.py
 

@@ -1,6 +1,6 @@
 """A complete small agent: it shouts your message back and counts your shouts.
 
-Run workers with it (this folder on the path; README "Your own agent"):
+Run workers with it (this folder on the path; docs/guides/agents.md):
 
     PYTHONPATH=examples AGENTSTATE_AGENT=shout_agent celery -A tasks worker
 

@@ -1,6 +1,6 @@
 """Example workflow actions: word counts, and a POST that is safe to retry.
 
-Run workers with them (this folder on the path; README "Actions"):
+Run workers with them (this folder on the path; docs/guides/actions.md):
 
     PYTHONPATH=examples AGENTSTATE_ACTION_MODULES=text_actions celery -A tasks worker
 
@@ -18,6 +18,7 @@ from state.agent import quick
 from state.errors import PermanentActionError
 from tasks.actions import action
 
+# --8<-- [start:word-count]
 Document = dict[str, Any]
 
 
@@ -36,6 +37,9 @@ def word_count(inputs: Document, deps: Document, context: Document) -> Document:
 def total_words(inputs: Document, deps: Document, context: Document) -> Document:
     # deps holds each dependency's outputs by step id: {"intro": {"words": 3}, ...}
     return {"words": sum(outputs["words"] for outputs in deps.values())}
+
+
+# --8<-- [end:word-count]
 
 
 @action("post_json")

@@ -1,7 +1,7 @@
 """Time travel: every revision of a session, the session as it was at one of them, and a
 fork that goes another way from there.
 
-Run it next to workers (README "Time travel"):
+Run it next to workers (docs/guides/events.md):
 
     python examples/time_travel.py
 

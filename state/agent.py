@@ -26,7 +26,7 @@ runs at most 3 times per turn); generating -> ``response_sent``; any phase ->
 ``error_occurred`` (the turn ends with the result's ``reply``, or an apology). A handler
 that raises ends the turn with an apology (the cause is kept in
 ``metadata.last_error``); so does a trigger the table does not allow from the phase, or
-a result that cannot be stored. The README's "Your own agent" says the same at length.
+a result that cannot be stored. docs/guides/agents.md says the same at length.
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ class PhaseResult:
         metadata: keys merged into the session's metadata.
         user_state: a function from the user's persistent state to its new value, run
             inside the commit's transaction with the row locked (no lost updates).
-        workflow: a workflow spec to start, in the same transaction (see README).
+        workflow: a workflow spec to start, in the same transaction (see docs/guides/workflows.md).
         approval: ask a person first: ``{"action": str, "args": dict, "ttl_s": float}``
             (``ttl_s`` optional, default AGENTSTATE_APPROVAL_TTL). From ``planning`` or
             ``executing``, with no trigger (or ``need_approval``): the session rests in

@@ -38,7 +38,7 @@ MAX_RETRIES_LIMIT = 100
 MAX_STEP_SECONDS = 7 * 24 * 3600.0  # timers and timeouts up to a week
 DEFAULT_MAX_RETRIES = 3
 
-# The public spec keys (README "Actions"). A key outside these is refused, naming the
+# The public spec keys (docs/guides/workflows.md). A key outside these is refused, naming the
 # nearest valid one: a typo such as "depends_on" must not silently run a step early.
 SPEC_KEYS = ("workflow_id", "session_id", "context", "steps")
 STEP_KEYS = (

@@ -3,7 +3,7 @@
 Workers import the modules named in ``AGENTSTATE_ACTION_MODULES`` at start, so an app's
 actions register themselves by being imported, and publish the names they serve
 (:func:`publish_actions`). Built-ins: echo, sleep, calculate, fail. Errors for action
-authors (``PermanentActionError``) are imported from ``state.errors``; README "Actions".
+authors (``PermanentActionError``) are imported from ``state.errors``; docs/guides/actions.md.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ holds a ``config.py`` or ``state.py`` (the script's folder is first on ``sys.pat
 ours, and the first error would read ``cannot import name 'Settings' from 'config'``.
 ``tasks/__init__.py`` runs :func:`check_packages` before it imports anything else, so
 the error says what happened instead. A ``tasks.py`` hides this very package, so none of
-our code runs to explain it: the README's "Module names" shows Python's message for it.
+our code runs to explain it: docs/guides/agents.md ("Module names") shows Python's message for it.
 
 Only the standard library is used: the packages checked may be the wrong ones.
 """
@@ -40,7 +40,7 @@ def explain(name: str, found: str | None, root: Path = ROOT) -> str:
     return (
         f"{found} hides agentstate's package {name!r} ({ours}): an app module named "
         f"{name!r} comes first on sys.path. Rename it or move it into your app's package "
-        "(README: Module names)"
+        "(docs/guides/agents.md: Module names)"
     )
 
 

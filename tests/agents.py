@@ -29,6 +29,7 @@ import redis
 
 from config import get_settings
 from state.agent import PhaseContext, PhaseResult, quick
+from state.storage.redis_client import get_redis
 from tasks import agent as reference
 from tasks.agent import evaluating
 
@@ -79,7 +80,7 @@ def planning(ctx: PhaseContext) -> PhaseResult:
     if "vanish" in ctx.message:
         # The worker process dies mid-phase, every time: a poison turn. (Planning has no
         # durable deadline that would end it anyway, as executing's would.)
-        redis.Redis.from_url(get_settings().redis_url).incr(vanish_key(ctx.session_id))
+        _redis().incr(vanish_key(ctx.session_id))
         os._exit(1)
     return reference.planning(ctx)
 
@@ -93,7 +94,7 @@ def retrieving(ctx: PhaseContext) -> PhaseResult:
 
 def executing(ctx: PhaseContext) -> PhaseResult:
     if ctx.approval is not None and ctx.approval["action"] == "risky":
-        redis.Redis.from_url(get_settings().redis_url).incr(risky_key(ctx.session_id))
+        _redis().incr(risky_key(ctx.session_id))
         if "linger" in ctx.message:
             time.sleep(LINGER_S)
         return PhaseResult("tools_complete", user_state=_count_risky_run)
@@ -147,4 +148,6 @@ def generating(ctx: PhaseContext) -> PhaseResult:
 
 
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(get_settings().redis_url)
+    # The worker's own client: a Sentinel URL works, and a partition times out (5 s)
+    # instead of hanging the phase.
+    return get_redis(get_settings().redis_url)

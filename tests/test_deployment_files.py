@@ -300,13 +300,18 @@ def test_production_profiles_are_opt_in_and_switch_the_app_over(
     assert settings.db_pooler == DbPooler.PGBOUNCER
 
 
-README = ROOT / "README.md"
+# Where the project tells people how to start it: the README and the docs pages.
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def docs_text() -> str:
+    return "\n".join(path.read_text() for path in DOCS)
 
 
 def readme_compose_commands() -> list[str]:
-    """Each shell command of the README (in its code blocks, continuation lines joined,
-    and in its inline code) that runs ``docker compose``."""
-    text = README.read_text()
+    """Each shell command of the README and the docs (in their code blocks, continuation
+    lines joined, and in their inline code) that runs ``docker compose``."""
+    text = docs_text()
     blocks = re.findall(r"```(?:sh|bash|console)\n(.*?)```", text, re.S)
     lines = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
     lines += re.findall(r"`([^`\n]*docker compose[^`\n]*)`", text)
@@ -329,7 +334,7 @@ def test_every_variable_a_readme_compose_command_sets_is_read_by_the_compose_fil
         profiles = [words[i + 1] for i, word in enumerate(words) if word == "--profile"]
         assert set(profiles) <= set(PROFILE_SERVICES.values()), profiles
     # The secret files the README writes are ones the compose file declares.
-    written = re.findall(r">\s*secrets/([\w-]+)", README.read_text())
+    written = re.findall(r">\s*secrets/([\w-]+)", docs_text())
     assert written and set(written) <= set(declared_secrets()), written
 
 

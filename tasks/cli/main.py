@@ -116,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="agentstate",
         description="Durable agent state on Celery: send messages, inspect sessions and "
         "workflows, recover lost work, migrate stored state.",
-        epilog="Configuration comes from AGENTSTATE_* environment variables (see README).",
+        epilog="Configuration comes from AGENTSTATE_* environment variables "
+        "(docs/reference/settings.md lists them).",
     )
     _add_version(parser)
     sub = parser.add_subparsers(metavar="COMMAND")

@@ -54,7 +54,7 @@ class DecisionIn(_Request):
 
 
 class StepSpec(BaseModel):
-    """One step of a workflow spec (see README, Workflows); the engine checks the rest."""
+    """One step of a workflow spec (see docs/guides/workflows.md); the engine checks the rest."""
 
     model_config = ConfigDict(extra="allow")
 

@@ -1,5 +1,5 @@
-"""An app's own ``config.py``/``state.py``/``tasks.py`` next to its script (README: Module
-names): what the error says, and the layout that works."""
+"""An app's own ``config.py``/``state.py``/``tasks.py`` next to its script
+(docs/guides/agents.md, Module names): what the error says, and the layout that works."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_an_app_module_hiding_config_or_state_is_named(tmp_path: Path, name: str
     assert last == (
         f"ImportError: {tmp_path / name}.py hides agentstate's package {name!r} "
         f"({REPO / name}): an app module named {name!r} comes first on sys.path. Rename it "
-        "or move it into your app's package (README: Module names)"
+        "or move it into your app's package (docs/guides/agents.md: Module names)"
     )
 
 
@@ -48,17 +48,17 @@ def test_a_worker_started_next_to_a_config_py_says_why_it_cannot_load(tmp_path: 
     assert f"{tmp_path / 'config.py'} hides agentstate's package 'config'" in result.stderr
 
 
-def test_an_app_tasks_py_gives_the_message_the_readme_quotes(tmp_path: Path) -> None:
+def test_an_app_tasks_py_gives_the_message_the_docs_quote(tmp_path: Path) -> None:
     (tmp_path / "tasks.py").write_text("def add(a, b):\n    return a + b\n")
     result = run_python(tmp_path, "-c", IMPORT_CLIENT)
     assert result.returncode == 1
     quoted = "No module named 'tasks.client'; 'tasks' is not a package"
     assert result.stderr.strip().splitlines()[-1] == f"ModuleNotFoundError: {quoted}"
-    assert quoted in (REPO / "README.md").read_text()
+    assert quoted in (REPO / "docs" / "guides" / "agents.md").read_text()
 
 
 def test_the_app_as_a_package_keeps_its_own_tasks_and_config(tmp_path: Path) -> None:
-    # The README's layout: myapp/{__init__,app,tasks,config}.py, run as `python -m myapp.app`.
+    # The docs' layout: myapp/{__init__,app,tasks,config}.py, run as `python -m myapp.app`.
     app = tmp_path / "myapp"
     app.mkdir()
     (app / "__init__.py").write_text("")
