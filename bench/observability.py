@@ -90,6 +90,11 @@ def observability(table: list[Row], notes: list[str], scale: float, args: Any) -
     tracing.forget()
     tracing.tracer(harness.bench_settings())
     with _receiver() as url, ExitStack() as stack:
+        # A spare group, started first and never measured: in an A/A run (two identical
+        # modes) the group started first came out ~20% slower, whatever its mode.
+        spare = harness.bench_settings()
+        stack.enter_context(harness.workers(spare, **SHAPE))
+        rows.send_turns(AgentClient(spare), f"spare-{uuid.uuid4().hex[:6]}", 4, 2)
         groups: dict[str, tuple[AgentClient, WorkerGroup]] = {}
         for label in MODES:
             settings = harness.bench_settings(**_overrides(label, url))
