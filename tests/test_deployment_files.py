@@ -345,7 +345,7 @@ def test_the_readme_production_profiles_command_reaches_rabbitmq_and_pgbouncer(
     from config.settings import DbPooler
 
     secret_files = Path(shutil.copytree(secret_files, tmp_path / "secrets"))
-    (command,) = [c for c in readme_compose_commands() if "--profile" in c]
+    (command,) = [c for c in readme_compose_commands() if "--profile rabbitmq" in c]
     words = shlex.split(command.replace('"$(cat secrets/postgres_password)"', "pw"))
     variables = dict(w.split("=", 1) for w in words[: words.index("docker")])
     (secret_files / "broker_url").write_text("amqp://rabbitmq:5672//\n")  # as the README does
