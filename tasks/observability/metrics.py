@@ -228,7 +228,9 @@ def start_worker_endpoint(settings: Settings) -> str | None:
     from prometheus_client import CollectorRegistry, start_http_server
     from prometheus_client.multiprocess import MultiProcessCollector
 
-    path = tempfile.mkdtemp(prefix="agentstate-metrics-")
+    # Memory, not disk: a counter's page written back to disk faults on its next write.
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    path = tempfile.mkdtemp(prefix="agentstate-metrics-", dir=shm)
     os.environ[MULTIPROC_VARIABLE] = path  # for this process's children (prometheus' own)
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
