@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 MULTIPROC_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client's own
 GAUGE_CACHE_S = 5.0
+SHM = "/dev/shm"  # noqa: S108 - mkdtemp makes a private (0700), unguessable directory there
 # Phases take milliseconds to (executing, with its tools) minutes.
 PHASE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 LOCK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -228,8 +229,8 @@ def start_worker_endpoint(settings: Settings) -> str | None:
     from prometheus_client import CollectorRegistry, start_http_server
     from prometheus_client.multiprocess import MultiProcessCollector
 
-    # Memory, not disk: a counter's page written back to disk faults on its next write.
-    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    # Memory, not disk: the counters' pages need never be written back.
+    shm = SHM if os.path.isdir(SHM) and os.access(SHM, os.W_OK) else None
     path = tempfile.mkdtemp(prefix="agentstate-metrics-", dir=shm)
     os.environ[MULTIPROC_VARIABLE] = path  # for this process's children (prometheus' own)
     registry = CollectorRegistry()
