@@ -52,7 +52,8 @@ bench: install services
 	$(BIN)/python -m bench $(if $(ROWS),--rows $(ROWS)) $(if $(QUICK),--quick)
 
 # requirements.lock (the Docker image installs exactly it): every dependency of
-# pyproject.toml (with the server extra: the image also runs `agentstate serve`) and the
+# pyproject.toml (with the server extra: the image also runs `agentstate serve`; and the
+# otel extra, so AGENTSTATE_OTEL=true works in it) and the
 # build backend, pinned, with the hashes of PyPI's files.
 lock:
 	$(PYTHON) -m venv $(VENV)/pip-tools
@@ -60,7 +61,7 @@ lock:
 	env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null \
 		CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/pip-tools/bin/pip-compile --quiet \
 		--generate-hashes --allow-unsafe --all-build-deps --strip-extras --no-emit-index-url \
-		--extra server \
+		--extra server --extra otel \
 		--output-file requirements.lock pyproject.toml
 
 clean:

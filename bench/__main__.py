@@ -14,7 +14,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import anatomy, deploy, eventlog, fairshare, harness, http, interactive, lifecycle, suite
+from bench import (
+    anatomy,
+    deploy,
+    eventlog,
+    fairshare,
+    harness,
+    http,
+    interactive,
+    lifecycle,
+    observability,
+    suite,
+)
 from bench.rows import Row
 
 ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
@@ -48,6 +59,8 @@ ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
     "prune": lifecycle.prune,
     # Fair share (bench/fairshare.py): other users' turns under one user's burst.
     "fairshare": fairshare.fairshare,
+    # What operators see (bench/observability.py): metrics and OTel on vs off.
+    "observability": observability.observability,
 }
 
 

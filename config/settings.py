@@ -6,7 +6,14 @@ import os
 from enum import StrEnum
 from functools import lru_cache
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from config.api_keys import parse_api_keys
@@ -23,6 +30,7 @@ from state.errors import ConfigurationError
 
 __all__ = [
     "HopPolicy",
+    "LogFormat",
     "Settings",
     "child_environment",
     "get_settings",
@@ -54,6 +62,20 @@ class QueueType(StrEnum):
     CLASSIC = "classic"
 
 
+class LogFormat(StrEnum):
+    """How workers (and beat, Flower, ``agentstate serve``) write their log lines."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
+# The OpenTelemetry variables every OTLP exporter reads (read here, as everything is).
+OTEL_ALIASES = {
+    "otlp_endpoint": "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "otlp_traces_endpoint": "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+}
+
+
 class Settings(BaseSettings):
     """Every knob of agentstate (docs/reference/settings.md lists them, from here)."""
 
@@ -65,6 +87,7 @@ class Settings(BaseSettings):
         extra="ignore",
         hide_input_in_errors=True,
         use_attribute_docstrings=True,
+        populate_by_name=True,
     )
 
     # URLs may carry passwords: kept out of repr() so that logging Settings leaks none.
@@ -259,6 +282,34 @@ class Settings(BaseSettings):
     """The longest an event stream stays open (clients resume with `Last-Event-ID`)."""
     max_streams: int = Field(1000, ge=1)
     """Event streams one `agentstate serve` process holds at once."""
+    # Operations: metrics, traces, logs (docs/operations/observability.md).
+    metrics_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="Port each worker serves Prometheus metrics on (0: off).",
+    )
+    metrics_addr: str = Field(
+        "0.0.0.0",  # noqa: S104 - scraped from other hosts/containers, as exporters are
+        description="Address the worker's metrics endpoint binds to.",
+    )
+    otel: bool = Field(
+        False,
+        description="Send OpenTelemetry spans (one per phase and step) over OTLP/HTTP.",
+    )
+    otlp_endpoint: str = Field(
+        "",
+        validation_alias=AliasChoices(OTEL_ALIASES["otlp_endpoint"]),
+        description="OTLP/HTTP base URL (/v1/traces is appended); standard variable.",
+    )
+    otlp_traces_endpoint: str = Field(
+        "",
+        validation_alias=AliasChoices(OTEL_ALIASES["otlp_traces_endpoint"]),
+        description="OTLP/HTTP traces URL, used as is; standard variable.",
+    )
+    log_format: LogFormat = Field(
+        LogFormat.TEXT, description="Log lines as text (Celery's format) or JSON objects."
+    )
 
     @property
     def step_queue(self) -> str:
@@ -339,6 +390,24 @@ class Settings(BaseSettings):
         object.__setattr__(self, "task_soft_time_limit", soft)
 
     @property
+    def otlp_traces_url(self) -> str:
+        """Where spans go: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as is, else
+        OTEL_EXPORTER_OTLP_ENDPOINT + ``/v1/traces``, else the collector's default port
+        on this host (the OTLP specification's defaults)."""
+        if self.otlp_traces_endpoint:
+            return self.otlp_traces_endpoint
+        base = self.otlp_endpoint or "http://localhost:4318"
+        return base.rstrip("/") + "/v1/traces"
+
+    @field_validator("otlp_endpoint", "otlp_traces_endpoint")
+    @classmethod
+    def _http_url(cls, value: str, info: ValidationInfo) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            variable = OTEL_ALIASES[str(info.field_name)]
+            raise ConfigurationError(f"{variable} must be an http:// or https:// URL")
+        return value
+
+    @property
     def action_module_list(self) -> list[str]:
         """The modules named by ``AGENTSTATE_ACTION_MODULES``, in order."""
         return [name.strip() for name in self.action_modules.split(",") if name.strip()]
@@ -394,6 +463,12 @@ SUPPORTED_CHECKS = {
 }
 
 
+def variable_of(field: str) -> str:
+    """The environment variable of Settings field ``field`` (``AGENTSTATE_<FIELD>``, or the
+    standard OpenTelemetry variable an OTLP field reads)."""
+    return OTEL_ALIASES.get(field, f"AGENTSTATE_{field.upper()}")
+
+
 def settings_error_line(exc: ValidationError) -> str:
     """One line naming each AGENTSTATE_* variable a ValidationError is about (values are
     left out: they may be URLs with passwords)."""
@@ -417,6 +492,10 @@ def child_environment(settings: Settings) -> dict[str, str]:
     if settings.redis_url_file and not settings.broker_url_file:
         values.pop("broker_url", None)  # it defaulted to the Redis URL: it will again
     for name, value in values.items():
+        if name in OTEL_ALIASES:
+            if value:
+                env[OTEL_ALIASES[name]] = str(value)
+            continue
         # An unset optional setting stays unset (empty), not the text "None".
         shown = "" if value is None else str(getattr(value, "value", value))
         env[f"AGENTSTATE_{name.upper()}"] = shown

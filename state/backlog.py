@@ -1,4 +1,6 @@
-"""How much work waits for its fair share (for an operator's gauge)."""
+"""How much ready work waits in the database for its user's fair share (the
+``agentstate_steps_waiting_fair_share`` gauge, read at scrape time, never on a phase's
+path)."""
 
 from __future__ import annotations
 

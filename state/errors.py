@@ -226,3 +226,10 @@ class ForbiddenError(AgentStateError):
 class MissingDependencyError(AgentStateError):
     """An optional part of agentstate needs packages that are not installed (an extra,
     such as ``pip install 'agentstate[server]'`` for ``agentstate serve``)."""
+
+
+class WorkFailedError(AgentStateError):
+    """Raised by a task whose work ended failed once its effects are committed: a turn
+    that ended with an apology, a step that ended ``failed``. Celery, and Flower, then
+    show the task as FAILURE with this error. Nothing is retried: the failure is the
+    committed outcome."""

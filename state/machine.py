@@ -20,6 +20,21 @@ from state.errors import InvalidTransitionError
 logger = logging.getLogger(__name__)
 
 
+class _TransitionsAtDebug(logging.Filter):
+    """``transitions`` logs each callback and state change at INFO: thousands of lines a
+    minute at a worker's INFO level, drowning the task lines. They are DEBUG lines here,
+    shown only when this module's logger is at DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO:
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logger.isEnabledFor(logging.DEBUG)
+
+
+logging.getLogger("transitions.core").addFilter(_TransitionsAtDebug())
+
+
 class Phase(StrEnum):
     """The FSM's states: the seed's ten and ``awaiting_approval`` (a phase is where a
     session's turn is)."""

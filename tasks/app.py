@@ -10,7 +10,9 @@ from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
     celeryd_after_setup,
+    celeryd_init,
     worker_process_init,
+    worker_shutdown,
 )
 
 from config import Settings
@@ -56,7 +58,43 @@ def _fresh_connections(**_: object) -> None:
 @after_setup_task_logger.connect
 def _hide_secrets(logger: logging.Logger, **_: object) -> None:
     # Whatever a library puts in a worker's, beat's or Flower's log, no password stays.
+    from config.settings import LogFormat
+    from tasks.worker.startup import settings_or_exit
+
+    if settings_or_exit().log_format == LogFormat.JSON:
+        from tasks.observability.logs import use_json
+
+        use_json(logger)
     hide_secrets_in(logger)
+
+
+@celeryd_init.connect
+def _metrics_endpoint(**_: object) -> None:
+    # In the worker's main process, before its pool forks: the children count into the
+    # directory this sets up, and this process serves the sum (it runs no task itself).
+    from tasks.observability.metrics import start_worker_endpoint
+    from tasks.worker.startup import exit_naming, settings_or_exit
+
+    settings = settings_or_exit()
+    try:
+        _metrics_dir.append(start_worker_endpoint(settings))
+    except OSError as exc:
+        exit_naming(
+            "AGENTSTATE_METRICS_PORT",
+            f"cannot serve metrics on {settings.metrics_addr}:{settings.metrics_port}: "
+            f"{exc.strerror or exc}",
+        )
+
+
+@worker_shutdown.connect
+def _metrics_files(**_: object) -> None:
+    from tasks.observability.metrics import stop_worker_endpoint
+
+    for path in _metrics_dir:
+        stop_worker_endpoint(path)
+
+
+_metrics_dir: list[str | None] = []
 
 
 @celeryd_after_setup.connect

@@ -97,6 +97,19 @@ def test_the_event_log_rows_run(bench_target: None) -> None:
     ]
 
 
+def test_the_observability_row_runs(bench_target: None) -> None:
+    table, _ = run("observability")
+    finite(table)
+    assert [row.name for row in table] == [
+        "turns/s every_phase [metrics on]",
+        "turns/s every_phase [otel on]",
+        "turns/s every_phase [metrics+otel on]",
+        "worker CPU per turn [metrics on]",
+        "worker CPU per turn [otel on]",
+        "worker CPU per turn [metrics+otel on]",
+    ]
+
+
 def test_the_interactive_rows_run(bench_target: None) -> None:
     table, _ = run("streaming", "async")
     finite(table)

@@ -40,7 +40,12 @@ IMAGE = "agentstate:latest"
 APP_SERVICES = {"migrate", "worker", "beat", "flower", "api"}  # built from this repository
 ONE_SHOT = {"migrate"}
 # Opt-in with `docker compose --profile NAME`: a plain `up` starts none of them.
-PROFILE_SERVICES = {"rabbitmq": "rabbitmq", "pgbouncer": "pgbouncer"}
+PROFILE_SERVICES = {
+    "rabbitmq": "rabbitmq",
+    "pgbouncer": "pgbouncer",
+    "prometheus": "observability",
+    "grafana": "observability",
+}
 EXPECTED_SERVICES = {"redis", "postgres", *APP_SERVICES, *PROFILE_SERVICES}
 HEALTHY = "service_healthy"
 COMPLETED = "service_completed_successfully"
@@ -51,6 +56,7 @@ EXPECTED_DEPENDS_ON = {
     "flower": {"redis": HEALTHY},
     "api": {"redis": HEALTHY, "postgres": HEALTHY, "migrate": COMPLETED},
     "pgbouncer": {"postgres": HEALTHY},
+    "grafana": {"prometheus": HEALTHY},
 }
 # Programs of the third-party images, by service (the app image's are resolved below).
 THIRD_PARTY_PROGRAMS = {
@@ -58,6 +64,8 @@ THIRD_PARTY_PROGRAMS = {
     "postgres": {"postgres", "pg_isready"},
     "rabbitmq": {"rabbitmq-diagnostics"},
     "pgbouncer": {"pg_isready"},
+    "prometheus": {"wget"},
+    "grafana": {"wget"},
 }
 # Values for the required variables when interpolating the file as Compose would.
 TEST_ENV = {"FLOWER_BASIC_AUTH": "admin:pw-for-tests"}
@@ -337,7 +345,7 @@ def test_the_readme_production_profiles_command_reaches_rabbitmq_and_pgbouncer(
     from config.settings import DbPooler
 
     secret_files = Path(shutil.copytree(secret_files, tmp_path / "secrets"))
-    (command,) = [c for c in readme_compose_commands() if "--profile" in c]
+    (command,) = [c for c in readme_compose_commands() if "--profile rabbitmq" in c]
     words = shlex.split(command.replace('"$(cat secrets/postgres_password)"', "pw"))
     variables = dict(w.split("=", 1) for w in words[: words.index("docker")])
     (secret_files / "broker_url").write_text("amqp://rabbitmq:5672//\n")  # as the README does

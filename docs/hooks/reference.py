@@ -96,10 +96,11 @@ def _parsers(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.Ar
 
 def settings_reference() -> str:
     from config import Settings
+    from config.settings import variable_of
 
     rows = ["| variable | type | default | meaning |", "|---|---|---|---|"]
     for name, field in Settings.model_fields.items():
-        variable = f"`AGENTSTATE_{name.upper()}`"
+        variable = f"`{variable_of(name)}`"
         description = field.description or ""
         rows.append(
             f"| {variable} | {cell(_type_name(field.annotation))} | "

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from sqlalchemy import ColumnElement, Engine, Select, Table, and_, case, or_, select, update
 
+from state import observe
 from state.clock import utcnow
 from state.events import revisions
 from state.machine import RESTING_PHASES, WAITING_PHASES, Phase
@@ -153,6 +154,7 @@ def note_redelivery(
         values.update(resent_revision=sessions.c.revision, resend_at=time.time() + 2 * stuck_after)
     with engine.begin() as conn:
         conn.execute(update(sessions).where(*where).values(**values))
+    observe.current.recovered("redelivery")
 
 
 def expire_idle_sessions(engine: Engine, cutoff: datetime) -> int:

@@ -25,6 +25,7 @@ from functools import partial
 
 import redis
 
+from state import observe
 from state.clock import utcnow
 from state.errors import AgentStateError
 from state.machine import RESTING_PHASES, WAITING_PHASES, Phase, Trigger
@@ -48,6 +49,17 @@ from state.workflows.engine import WorkflowEngine
 logger = logging.getLogger(__name__)
 
 BATCH = 500
+# What a sweep did that took lost or stuck work up again (the rest of its report is what
+# it found and left: busy sessions, errors).
+RECOVERIES = (
+    "sessions_resumed",
+    "turns_started",
+    "sessions_poisoned",
+    "steps_redispatched",
+    "steps_poisoned",
+    "timed_out",
+    "steps_timed_out",
+)
 
 
 @dataclass
@@ -97,8 +109,10 @@ class RecoverySweep:
             report.steps_released += len(self.workflows.share.release_all())
         finally:
             self._release_sweep_lock(lock)
-        if any(report.as_dict().values()):
-            logger.warning("recovery sweep: %s", report.as_dict())
+        counts = report.as_dict()
+        observe.current.swept(counts, sum(counts[what] for what in RECOVERIES))
+        if any(counts.values()):
+            logger.warning("recovery sweep: %s", counts)
         return report
 
     def _each(self, report: SweepReport, what: str, item: str, act: Callable[[], None]) -> None:

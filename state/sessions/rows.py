@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, Update, insert, text, update
 
+from state import observe
 from state.clock import utcnow
 from state.documents import codec
 from state.documents.codec import Document
@@ -140,7 +141,9 @@ def _bound_to(statement: Update, snapshot: Snapshot) -> Update:
 
 
 def stale(snapshot: Snapshot) -> StaleStateError:
-    """The error of a writer that lost the race for ``snapshot.revision``."""
+    """The error of a writer that lost the race for ``snapshot.revision`` (its guarded
+    commit was refused: counted as a fencing rejection)."""
+    observe.current.commit_refused("session")
     return StaleStateError(
         f"session {snapshot.session_id} is no longer at revision {snapshot.revision}"
     )
@@ -148,4 +151,5 @@ def stale(snapshot: Snapshot) -> StaleStateError:
 
 def lock_lost(snapshot: Snapshot) -> LockLostError:
     """The error of a writer whose lock expired or was taken before it committed."""
+    observe.current.commit_refused("lock_lost")
     return LockLostError(f"session {snapshot.session_id}: the state lock was lost before commit")

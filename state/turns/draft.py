@@ -11,7 +11,7 @@ from state.clock import utcnow
 from state.documents import codec
 from state.documents.codec import Document
 from state.errors import InvalidPayloadError
-from state.events.log import reply_event
+from state.events.log import REPLY, TURN_CANCELLED, TURN_FAILED, reply_event
 from state.machine import AgentStateMachine, Phase
 from state.session import SessionStatus, make_message
 from state.sessions.snapshot import InboxState, NewEvent, SessionChange, Snapshot, Staged
@@ -47,6 +47,22 @@ class PhaseOutcome:
     status: str
     phases: list[str] = field(default_factory=list)
     revision: int | None = None
+    # How the turn ended in what this task committed: "replied", "failed" (an apology,
+    # with ``error`` its cause) or "cancelled"; None while it goes on.
+    turn: str | None = None
+    error: str | None = None
+
+    def note_turn(self, events: list[NewEvent]) -> None:
+        """Record how the turn ended, if the committed ``events`` end it."""
+        for event in events:
+            if event.kind == TURN_FAILED:
+                self.turn, self.error = "failed", str(event.data.get("detail") or "")
+                return
+            if event.kind == TURN_CANCELLED:
+                self.turn = "cancelled"
+                return
+            if event.kind == REPLY:
+                self.turn = "replied"
 
     def as_dict(self) -> Document:
         """JSON-ready form (by hand: ``dataclasses.asdict`` deep-copies, five times the
@@ -56,6 +72,8 @@ class PhaseOutcome:
             "status": self.status,
             "phases": list(self.phases),
             "revision": self.revision,
+            "turn": self.turn,
+            "error": self.error,
         }
 
 

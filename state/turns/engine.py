@@ -26,6 +26,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from functools import partial
 
+from state import observe
 from state.agent import Agent, PhaseContext
 from state.documents import codec
 from state.documents.codec import Document
@@ -97,11 +98,14 @@ class TurnEngine:
 
     def _run_with_lock(self, delivery: Delivery) -> PhaseOutcome:
         sync = self.services.sync
+        waited_from = time.perf_counter()
         try:
             handle, entry = sync.acquire(
                 delivery.session_id, read_cache=True, timeout_s=self._lock_wait_s(delivery.phase)
             )
+            observe.current.lock_waited(time.perf_counter() - waited_from)
         except StateLockAcquisitionError:
+            observe.current.lock_waited(time.perf_counter() - waited_from)
             if delivery.phase == Phase.UNDERSTANDING and self._mid_turn(delivery.session_id):
                 # The running turn takes the next message from the inbox when it ends.
                 return PhaseOutcome(delivery.session_id, "busy")
@@ -200,6 +204,7 @@ class TurnEngine:
             if draft is None:
                 break
             result = self._commit(phase, snap, draft, held)
+            held.outcome.note_turn(draft.events)
             snap = result.snapshot
             followups.collect(draft, held.followups)
             phase = self.services.next_phase(snap, result.queued)
@@ -354,8 +359,11 @@ class TurnEngine:
             return
         except Exception as exc:
             # The handler (or what it returned) failed: the agent's fault, not ours.
+            # With its traceback, at WARNING: seen at a worker's default log level.
             session_id = draft.snap.session_id
-            logger.warning("session %s: %s handler failed: %r", session_id, phase, exc)
+            logger.warning(
+                "session %s: %s handler failed: %r", session_id, phase, exc, exc_info=True
+            )
             detail = f"{type(exc).__name__}: {exc}"
             rules.fail_turn(draft, Trigger.ERROR_OCCURRED, rules.ERROR_REPLY, detail)
             return
@@ -405,9 +413,10 @@ class TurnEngine:
 
         def ring() -> bool:
             try:
-                self.interventions.end_overrun(draft.at_checkpoint(), cause)
+                ended = self.interventions.end_overrun(draft.at_checkpoint(), cause)
             except StaleStateError:
                 return False  # the turn moved on (the handler returned after all)
+            observe.current.turn_ended(ended.turn or "failed")
             logger.warning("session %s: %s; its turn was ended", snap.session_id, cause)
             return False
 

@@ -143,7 +143,9 @@ class TurnInterventions:
             self.services.dispatcher.phase(
                 Phase.UNDERSTANDING, snap.session_id, result.snapshot.revision
             )
-        return PhaseOutcome(snap.session_id, status, [snap.phase], result.snapshot.revision)
+        outcome = PhaseOutcome(snap.session_id, status, [snap.phase], result.snapshot.revision)
+        outcome.note_turn(draft.events)
+        return outcome
 
     def resume(self, snap: Snapshot) -> str | None:
         """Re-enqueue whatever the persisted state says comes next; return what it was."""

@@ -206,7 +206,7 @@ class WorkflowEngine:
             outputs = self._outputs(fn, peeked)
         except Exception as exc:
             # A failed attempt counts under a claim, like any other step's.
-            logger.info("step %s/%s raised %r", workflow_id, step_id, exc)
+            _log_raised(workflow_id, step_id, exc)
             lease_s = self.settings.stuck_after
             # Uncapped: the failed attempt must count, whatever the owner's share.
             claimed = self.store.claim(workflow_id, step_id, revision, lease_s, task_id)
@@ -324,7 +324,7 @@ class WorkflowEngine:
         except StaleStateError:
             raise
         except Exception as exc:
-            logger.info("step %s/%s raised %r", claimed.workflow_id, claimed.step_id, exc)
+            _log_raised(claimed.workflow_id, claimed.step_id, exc)
             return self._fail(claimed, f"{type(exc).__name__}: {exc}", retry=retryable(exc))
         self.follow(self.store.succeed(claimed, outputs))
         return "success"
@@ -403,7 +403,7 @@ class WorkflowEngine:
             self.dispatcher.step(claimed.workflow_id, claimed.step_id, revision, delay)
             return "retrying"
         self.follow(self.store.fail(claimed, error))
-        return "failed"
+        return StepFailed(error)
 
     def follow(self, completion: Completion) -> None:
         """Dispatch what a completion made ready, and wake a waiting session (and those
@@ -419,3 +419,20 @@ class WorkflowEngine:
                 self.notifier.session(finished.session_id)
         if finished and finished.session_id and finished.resume_revision is not None:
             self.dispatcher.phase(Phase.EXECUTING, finished.session_id, finished.resume_revision)
+
+
+class StepFailed(str):
+    """``"failed"``, as :meth:`WorkflowEngine.run_step` returns it for a step that ended
+    failed, with the error that failed it (the task reports it, e.g. to Flower)."""
+
+    error: str
+
+    def __new__(cls, error: str) -> StepFailed:
+        status = super().__new__(cls, "failed")
+        status.error = error
+        return status
+
+
+def _log_raised(workflow_id: str, step_id: str, exc: BaseException) -> None:
+    # With its traceback, at WARNING: an action's bug shows at a worker's default level.
+    logger.warning("step %s/%s raised %r", workflow_id, step_id, exc, exc_info=exc)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from state import observe
 from state.errors import StaleStateError
 from state.storage.tables import steps
 from state.workflow import WorkflowStepStatus
@@ -50,6 +51,7 @@ def unclaimed_guard(workflow_id: str, step_id: str, revision: int) -> tuple[Any,
 def require_one(rowcount: int, claimed: ClaimedStep) -> None:
     """Raise StaleStateError unless the claim's guarded update changed exactly one row."""
     if rowcount != 1:
+        observe.current.commit_refused("step")
         raise StaleStateError(
             f"step {claimed.workflow_id}/{claimed.step_id} was taken over "
             f"(no longer at revision {claimed.revision})"

@@ -44,6 +44,7 @@ from tasks.client.lifecycle import Lifecycle
 from tasks.client.reads import SessionReads, finished_workflow
 from tasks.client.timeline import Timeline
 from tasks.dispatch.dispatcher import CeleryDispatcher
+from tasks.observability import tracing
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +115,20 @@ class AgentClient(ApprovalControl, Timeline, Lifecycle):
         strategy = checked_message(
             self.settings, session_id, text, user_id, idempotency_key, strategy=multitask_strategy
         )
+        # The trace of the turn starts here (AGENTSTATE_OTEL): the kick carries it.
+        with tracing.client_span(
+            "agentstate.send_message", self.settings, **{"agentstate.session_id": session_id}
+        ):
+            return self._send_message(session_id, text, user_id, idempotency_key, strategy)
+
+    def _send_message(
+        self,
+        session_id: str,
+        text: str,
+        user_id: str,
+        idempotency_key: str | None,
+        strategy: MultitaskStrategy,
+    ) -> str:
         self._check_workers_database()
         if strategy == MultitaskStrategy.ENQUEUE:
             item = self.inbox.accept(session_id, user_id, text, idempotency_key)

@@ -10,6 +10,7 @@ from celery import Celery
 from config.brokers import Broker
 from config.settings import STEP_QUEUE_SUFFIX
 from tasks.dispatch.publisher import DirectPublisher
+from tasks.observability import tracing
 
 PHASE_TASK = "agentstate.phase.{}"
 TIMEOUT_TASK = "agentstate.session.timeout"
@@ -43,7 +44,12 @@ class CeleryDispatcher:
     def timeout(self, session_id: str, deadline: float, delay_s: float) -> None:
         """Enqueue the deadline check to run after ``delay_s`` seconds."""
         countdown = self._countdown(delay_s)
-        self.app.send_task(TIMEOUT_TASK, args=[session_id, deadline], countdown=countdown)
+        self.app.send_task(
+            TIMEOUT_TASK,
+            args=[session_id, deadline],
+            countdown=countdown,
+            headers=tracing.headers(),
+        )
 
     def step(
         self,
@@ -87,10 +93,14 @@ class CeleryDispatcher:
         # cost, which every hop pays.
         argsrepr = repr(args) if shown is None else shown
         options = {key: value for key, value in options.items() if value is not None}
-        if not options and self.direct.publish(name, args, argsrepr, queue):
+        # The trace context (AGENTSTATE_OTEL): the task's span joins the sender's trace.
+        headers = tracing.headers()
+        if not options and self.direct.publish(name, args, argsrepr, queue, headers):
             return
         if queue is not None:
             options["queue"] = queue
+        if headers:
+            options["headers"] = headers
         self.app.send_task(name, args=args, argsrepr=argsrepr, kwargsrepr="{}", **options)
 
     def _countdown(self, delay_s: float) -> float:

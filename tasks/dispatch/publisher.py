@@ -88,9 +88,17 @@ class DirectPublisher:
         self._decided = False
         self._options: dict[str, tuple[float | None, float | None] | None] = {}
 
-    def publish(self, name: str, args: list[Any], argsrepr: str, queue: str | None = None) -> bool:
+    def publish(
+        self,
+        name: str,
+        args: list[Any],
+        argsrepr: str,
+        queue: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> bool:
         """Send task ``name`` with ``args`` to ``queue`` (default: the app's default
-        queue); False if it must go through ``send_task`` instead (see the module
+        queue), with extra message ``headers`` (the trace context); False if it must go
+        through ``send_task`` instead (see the module
         docstring), having sent nothing."""
         if any(signal.receivers for signal in _WATCHED) or self._resting():
             return False
@@ -102,7 +110,7 @@ class DirectPublisher:
             routing_key = self._route[0] if queue is None else self._declared(queue)
             if routing_key is None:
                 return False
-            message = self._message(channel, limits, name, args, argsrepr)
+            message = self._message(channel, limits, name, args, argsrepr, extra_headers=headers)
             # Straight to the queue, as Celery's send does for a direct exchange.
             channel.basic_publish(message, exchange="", routing_key=routing_key)
         except Exception as exc:  # the broker went away: send_task reconnects and retries
@@ -158,6 +166,8 @@ class DirectPublisher:
         name: str,
         args: list[Any],
         argsrepr: str,
+        *,
+        extra_headers: dict[str, str] | None = None,
     ) -> Any:
         assert self._route is not None
         parent = self.app.current_worker_task  # None in a client: the message is a root
@@ -177,6 +187,8 @@ class DirectPublisher:
             time_limit=limits[0],
             soft_time_limit=limits[1],
         )
+        if extra_headers:
+            headers.update(extra_headers)  # as send_task(headers=...) adds them
         # Celery copies these into the properties too; so do we, byte for byte.
         properties.update(argsrepr=argsrepr, kwargsrepr="{}")
         content_type, content_encoding, data = dumps(body, serializer="json")  # type: ignore[no-untyped-call]

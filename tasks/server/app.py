@@ -21,9 +21,11 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from config import Settings, get_settings
+from state.gauges import waiting
 from state.storage.backend import Backend
 from tasks.cli.support import DISTRIBUTION
 from tasks.client.aio import AsyncAgentClient
+from tasks.observability.metrics import serve_registry
 from tasks.server import errors
 from tasks.server.auth import KeyTable, caller
 from tasks.server.backend import open_client
@@ -88,6 +90,8 @@ def create_app(settings: Settings | None = None, client: AsyncAgentClient | None
     app.state.streams = StreamSlots(settings.max_streams)
     app.state.client = client or open_client(settings)
     app.state.backend = Backend.build(settings)
+    engine = app.state.backend.engine
+    app.state.metrics = serve_registry(lambda: waiting(engine))
     errors.install(app)
     app.include_router(health.router)
     for module in (sessions, workflows, approvals, users):

@@ -16,8 +16,10 @@ from types import FrameType
 import uvicorn
 
 from config import Settings
+from config.settings import LogFormat
 from config.urls import hide_secrets_in
 from state.errors import ConfigurationError
+from tasks.observability.logs import use_json
 from tasks.server.app import create_app, drain
 
 GRACE_S = 5.0
@@ -69,6 +71,8 @@ def serve(host: str, port: int, settings: Settings) -> None:
         log_level="info",
     )
     for name in _LOGGERS:  # uvicorn configured its handlers just now
+        if settings.log_format == LogFormat.JSON:
+            use_json(logging.getLogger(name))
         hide_secrets_in(logging.getLogger(name))
     server = _Server(config, app)
     keys = settings.api_key_users

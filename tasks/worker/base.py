@@ -31,7 +31,12 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from config import get_settings, redact_url
 from config.brokers import broker_for
-from state.errors import ServiceUnavailableError, StaleStateError, StateLockAcquisitionError
+from state.errors import (
+    ServiceUnavailableError,
+    StaleStateError,
+    StateLockAcquisitionError,
+    WorkFailedError,
+)
 from state.workflows.retries import retry_delay_s
 from tasks.worker.guard import GUARD_STRATEGY
 
@@ -62,6 +67,10 @@ class AgentStateTask(Task):  # type: ignore[misc]
     acks_late = True
     reject_on_worker_lost = True
     max_retries = MAX_TASK_RETRIES
+    # Work that ended failed (an apology turn, a failed step) raises WorkFailedError after
+    # its commit, so Flower shows FAILURE; an expected failure, logged without traceback
+    # (the handler's or action's own traceback was logged where it raised).
+    throws = (WorkFailedError,)
 
     @property
     def repeated(self) -> bool:

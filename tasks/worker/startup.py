@@ -86,6 +86,11 @@ def _or_exit(check: Callable[[], None]) -> None:
         _exit(str(exc))
 
 
+def exit_naming(variable: str, message: str) -> NoReturn:
+    """Stop a Celery program at start with one line naming ``variable`` (exit 2)."""
+    _exit(f"{variable}: {message}")
+
+
 def _exit(message: str) -> NoReturn:
     line = " ".join(redact_url(message).split())
     print(f"agentstate: error: {line}", file=sys.stderr, flush=True)

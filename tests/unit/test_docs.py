@@ -13,6 +13,7 @@ from types import ModuleType
 import pytest
 
 from config import Settings
+from config.settings import variable_of
 from state import errors
 from tests.docs_blocks import (
     FRAGMENTS,
@@ -98,7 +99,7 @@ def test_the_reference_pages_cover_every_command_error_and_route() -> None:
     assert "| `NotFoundError` | `BadInputError` | 2 (`not_found`) | 404 (`not_found`)" in error_page
     settings_page = hook.settings_reference()
     for name in Settings.model_fields:
-        assert f"`AGENTSTATE_{name.upper()}`" in settings_page
+        assert f"`{variable_of(name)}`" in settings_page
     assert "| `GET` | `/v1/sessions/{session_id}` |" in hook.http_reference()
     assert "`need_approval`" in hook.fsm_reference()
     client = hook.client_reference()

@@ -19,6 +19,8 @@ def test_the_result_holds_every_field_and_is_json() -> None:
         "status": "applied",
         "phases": ["understanding", "planning"],
         "revision": 7,
+        "turn": None,
+        "error": None,
     }
 
 

@@ -1,5 +1,6 @@
 """Health: the process answers (``/healthz``), and so do its database and Redis
-(``/readyz``, 503 otherwise). Neither needs a key: load balancers call them."""
+(``/readyz``, 503 otherwise); Prometheus metrics (``/metrics``). None needs a key: load
+balancers and scrapers call them (metrics are counts, never ids or content)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from typing import Annotated
 import anyio
 from anyio import to_thread
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 
 from state.storage.backend import Backend
 from state.storage.db import read_connection
+from tasks.observability.metrics import render
 from tasks.server.models import Health
 
 router = APIRouter(tags=["health"])
@@ -61,3 +63,10 @@ async def _check(probe: Callable[[], bool]) -> str:
     except Exception as exc:
         return type(exc).__name__
     return "ok"
+
+
+@router.get("/metrics", summary="Prometheus metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    # The gauges read the database (at most every few seconds): off the event loop.
+    body, content_type = await to_thread.run_sync(render, request.app.state.metrics)
+    return Response(body, media_type=content_type)
