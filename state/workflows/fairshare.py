@@ -195,19 +195,26 @@ def release(engine: Engine, owner: str, cap: int) -> list[Released]:
         ).all()
         released: list[Released] = []
         for workflow_id, step_id in oldest:
-            row = conn.execute(
-                update(steps)
-                .where(
-                    steps.c.workflow_id == workflow_id,
-                    steps.c.step_id == step_id,
-                    steps.c.waiting_since.is_not(None),
-                )
-                .values(waiting_since=None, held=False, updated_at=utcnow())
-                .returning(steps.c.revision)
-            ).first()
-            if row is not None:
-                released.append((workflow_id, step_id, int(row[0])))
+            revision = _unpark(conn, workflow_id, step_id)
+            if revision is not None:
+                released.append((workflow_id, step_id, revision))
     return released
+
+
+def _unpark(conn: Connection, workflow_id: str, step_id: str) -> int | None:
+    """Take a parked step out of the waiting set; its revision, or None if another
+    releaser took it first."""
+    row = conn.execute(
+        update(steps)
+        .where(
+            steps.c.workflow_id == workflow_id,
+            steps.c.step_id == step_id,
+            steps.c.waiting_since.is_not(None),
+        )
+        .values(waiting_since=None, held=False, updated_at=utcnow())
+        .returning(steps.c.revision)
+    ).first()
+    return None if row is None else int(row[0])
 
 
 def hold(engine: Engine, workflow_id: str, step_ids: list[str]) -> None:
@@ -239,18 +246,9 @@ def hand_over(engine: Engine, owner: str) -> list[Released] | None:
         return None
     for workflow_id, step_id in random.sample(oldest, len(oldest)):
         with engine.begin() as conn:
-            row = conn.execute(
-                update(steps)
-                .where(
-                    steps.c.workflow_id == workflow_id,
-                    steps.c.step_id == step_id,
-                    steps.c.waiting_since.is_not(None),
-                )
-                .values(waiting_since=None, held=False, updated_at=utcnow())
-                .returning(steps.c.revision)
-            ).first()
-        if row is not None:
-            return [(workflow_id, step_id, int(row[0]))]
+            revision = _unpark(conn, workflow_id, step_id)
+        if revision is not None:
+            return [(workflow_id, step_id, revision)]
     return []
 
 

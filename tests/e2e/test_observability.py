@@ -21,13 +21,24 @@ from prometheus_client.parser import text_string_to_metric_families
 from config import Settings
 from state.dispatch import RecordingDispatcher
 from state.storage.backend import Backend
+from state.storage.db import upgrade_schema
 from state.turns.services import TurnServices
 from tasks.actions import known_actions
 from tasks.app import make_app
 from tasks.client import AgentClient
 from tasks.observability import tracing
 from tasks.worker.processes import Flower, free_port
-from tests.support import REPO, Workers, make_settings, settings_env, uid
+from tests.support import (
+    PG_SERVER,
+    REPO,
+    TEST_DB,
+    Workers,
+    drop_database,
+    make_settings,
+    recreate_database,
+    settings_env,
+    uid,
+)
 
 pytestmark = pytest.mark.workers
 AUTH = "tester:s3cret"
@@ -77,9 +88,23 @@ def receiver() -> Iterator[OtlpReceiver]:
 
 
 @pytest.fixture(scope="module")
-def obs_settings(pg_url: str, receiver: OtlpReceiver) -> Settings:
+def obs_db() -> Iterator[str]:
+    """A database of the module's own: the sweep its test runs recovers the whole
+    database, so work other tests left behind would add to the counts."""
+    name = f"{TEST_DB}_observability"
+    recreate_database(name)
+    url = f"{PG_SERVER}/{name}"
+    engine = Backend.build(make_settings(url)).engine
+    upgrade_schema(engine)
+    yield url
+    engine.dispose()
+    drop_database(name)
+
+
+@pytest.fixture(scope="module")
+def obs_settings(obs_db: str, receiver: OtlpReceiver) -> Settings:
     return make_settings(
-        pg_url,
+        obs_db,
         queue=uid("q"),
         agent="tests.agents",
         action_modules="tests.actions_for_tests",
