@@ -16,6 +16,7 @@ import redis
 from sqlalchemy import select
 
 from config import Settings
+from state.errors import QuotaExceededError
 from state.storage.tables import sessions
 from tasks.client import AgentClient
 from tests.actions_for_tests import effects_key
@@ -182,7 +183,10 @@ class _Feeder(threading.Thread):
                 continue
             for i, session_id in enumerate(self.sessions):
                 text = f"what is {wave + 2}*{i + 3}?"
-                self.client.send_message(session_id, text, user_id=self.user)
+                try:
+                    self.client.send_message(session_id, text, user_id=self.user)
+                except QuotaExceededError:
+                    continue  # its inbox is full (AGENTSTATE_MAX_QUEUED_MESSAGES): busy enough
                 self.sent[session_id].append(text)
             wave += 1
 
