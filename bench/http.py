@@ -204,8 +204,8 @@ def followers(table: list[Row], notes: list[str], scale: float, args: Any) -> No
     notes.append(
         f"event streams: {count} SSE connections to one `agentstate serve`, all following "
         "one session; RSS read once all are open; then one message, and the time until "
-        "every stream has its reply. Each stream of today's serve holds a thread and a "
-        "Redis subscription (the sync client behind a temporary shim)."
+        "every stream has its reply. Each stream is a coroutine of AsyncAgentClient's "
+        "follower, woken through the process's shared Redis subscription: no thread per stream."
     )
 
 
