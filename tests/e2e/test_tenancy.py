@@ -31,7 +31,7 @@ from state.errors import (
 from state.storage.tables import approvals
 from tasks.client import AgentClient
 from tests.agents import LINGER_S, risky_key
-from tests.e2e.test_approvals import ask, event_kinds, remember_two, replies
+from tests.e2e.test_approvals import ask, event_kinds, remember_two, replies, wait_until
 from tests.services import PrivateRedis
 from tests.support import REPO, Workers, agent_test_settings, settings_env, uid
 
@@ -204,6 +204,8 @@ def test_listings_never_show_another_users_objects(client: AgentClient) -> None:
 def test_an_inbox_takes_max_queued_messages_then_refuses(client: AgentClient) -> None:
     alice, session_id = uid("alice"), uid("s")
     client.send_message(session_id, "linger a while", user_id=alice)  # holds the turn
+    # Only once its turn runs has it left the queue; until then it counts as waiting.
+    wait_until(lambda: client.get_session(session_id, user_id=alice)["phase"] == "executing")  # type: ignore[index]
     for i in range(MAX_QUEUED):
         client.send_message(session_id, f"what is {i}+1?", user_id=alice)
     with pytest.raises(QuotaExceededError, match="AGENTSTATE_MAX_QUEUED_MESSAGES"):
