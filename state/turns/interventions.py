@@ -39,9 +39,7 @@ class TurnInterventions:
         if time.time() < due:
             self.services.dispatcher.timeout(session_id, deadline, due - time.time())
             return outcome
-        return self.break_turn(
-            snap, Trigger.TIMEOUT, rules.TIMEOUT_REPLY, "execution deadline passed"
-        )
+        return self.break_turn(snap, Trigger.TIMEOUT, rules.TIMEOUT_REPLY, rules.DEADLINE_PASSED)
 
     def break_turn(
         self, snap: Snapshot, trigger: Trigger | None, reply: str, cause: str

@@ -30,9 +30,9 @@ from state.session import make_message
 from state.sessions.snapshot import InboxItem, InboxState, NewEvent
 from state.storage import user_rows
 from state.turns.draft import Draft
-from state.workflow import SpecLimits, parse_spec
 from state.workflows.control import cancel_in, lock_workflow
 from state.workflows.creation import insert_workflow
+from state.workflows.spec import SpecLimits, parse_spec
 
 MAX_EXECUTION_ATTEMPTS = 3
 ERROR_REPLY = "Sorry, something went wrong while I worked on that. Please try again."
@@ -40,6 +40,7 @@ TIMEOUT_REPLY = "Sorry, that took too long and I had to stop. Please try again."
 DEFAULT_REPLY = "(the agent gave no reply)"
 CLARIFY_REPLY = "Could you tell me a little more?"
 CANCELLED_REPLY = "Cancelled: I stopped working on that."
+DEADLINE_PASSED = "execution deadline passed"  # the recorded cause of a timed-out turn
 _TURN_LISTS = ("tool_results", "pending_actions", "active_tools")
 # Where the turn keeps the approval it waits for, and then the decision (context_window).
 APPROVAL_ID_KEY = "approval_id"

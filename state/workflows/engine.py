@@ -7,41 +7,34 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from functools import partial
 
 from sqlalchemy.exc import IntegrityError
 
 from config import HopPolicy, Settings
 from state.agent import is_quick
 from state.dispatch import Dispatcher
-from state.documents import codec
 from state.documents.codec import Document
 from state.errors import (
-    InvalidPayloadError,
     StaleStateError,
-    StepOutputTooLargeError,
     WorkflowIdConflictError,
 )
 from state.events.push import Notifier
-from state.ids import step_key
 from state.machine import Phase
-from state.ticker import Ticker
-from state.workflow import SpecLimits, WorkflowState, parse_spec
-from state.workflows import fairshare
+from state.workflow import WorkflowState
+from state.workflows import calls, fairshare
+from state.workflows.calls import ActionFn, StepFailed
 from state.workflows.records import ClaimedStep, Completion, Leftover, carried_step
 from state.workflows.retries import retry_delay_s, retryable
+from state.workflows.spec import SpecLimits, parse_spec
 from state.workflows.store import WorkflowStore
 
 logger = logging.getLogger(__name__)
 
-ActionFn = Callable[[Document, Document, Document], Document]
 ActionLookup = Callable[[str], ActionFn | None]
 # How far one delivery may go on into released quick steps (the inline policy): steps
 # after its own, and seconds.
 CONTINUE_STEPS = 64
 CONTINUE_FOR_S = 0.5
-
-_heartbeats = Ticker("step-heartbeat")
 
 
 class WorkflowEngine:
@@ -206,7 +199,7 @@ class WorkflowEngine:
             outputs = self._outputs(fn, peeked)
         except Exception as exc:
             # A failed attempt counts under a claim, like any other step's.
-            _log_raised(workflow_id, step_id, exc)
+            calls.log_raised(workflow_id, step_id, exc)
             lease_s = self.settings.stuck_after
             # Uncapped: the failed attempt must count, whatever the owner's share.
             claimed = self.store.claim(workflow_id, step_id, revision, lease_s, task_id)
@@ -324,7 +317,7 @@ class WorkflowEngine:
         except StaleStateError:
             raise
         except Exception as exc:
-            _log_raised(claimed.workflow_id, claimed.step_id, exc)
+            calls.log_raised(claimed.workflow_id, claimed.step_id, exc)
             return self._fail(claimed, f"{type(exc).__name__}: {exc}", retry=retryable(exc))
         self.follow(self.store.succeed(claimed, outputs))
         return "success"
@@ -346,39 +339,13 @@ class WorkflowEngine:
             self.follow(left.completion)
 
     def _call(self, fn: ActionFn, claimed: ClaimedStep, lease_s: float) -> Document:
-        key = f"{claimed.workflow_id}/{claimed.step_id}@{claimed.revision}"
-        _heartbeats.register(key, lease_s / 3, lambda: self.store.heartbeat(claimed, lease_s))
-        if claimed.timeout_s is not None:
-            _heartbeats.register(
-                f"{key}:timeout", claimed.timeout_s, partial(self._overran, claimed)
-            )
-        try:
-            return self._outputs(fn, claimed)
-        finally:
-            _heartbeats.unregister(key)
-            _heartbeats.unregister(f"{key}:timeout")
+        limit = self.settings.max_step_io_bytes
+        return calls.call_leased(
+            fn, claimed, self.store, lease_s, max_bytes=limit, overran=self._overran
+        )
 
     def _outputs(self, fn: ActionFn, claimed: ClaimedStep) -> Document:
-        """Call the action; its outputs, checked storable and within the size limit."""
-        deps = claimed.dep_outputs
-        if deps is None:
-            deps = self.store.dependency_outputs(claimed.workflow_id, claimed.dependencies)
-        key = step_key(claimed.workflow_id, claimed.step_id)
-        context = {**self.store.context(claimed.workflow_id), "idempotency_key": key}
-        outputs = fn(dict(claimed.inputs), deps, context)
-        if not isinstance(outputs, dict):
-            raise InvalidPayloadError(
-                f"action {claimed.action!r} returned {type(outputs).__name__}, not a JSON object"
-            )
-        # Unstorable outputs fail the step here, not in the commit.
-        what = f"the outputs of action {claimed.action!r}"
-        size = len(codec.require_storable(outputs, what).encode())
-        limit = self.settings.max_step_io_bytes
-        if size > limit:
-            raise StepOutputTooLargeError(
-                codec.too_large(what, size, limit, "AGENTSTATE_MAX_STEP_IO_BYTES")
-            )
-        return outputs
+        return calls.outputs(fn, claimed, self.store, self.settings.max_step_io_bytes)
 
     def _overran(self, claimed: ClaimedStep) -> bool:
         # Runs on the ticker thread while the action is still running: the attempt
@@ -419,20 +386,3 @@ class WorkflowEngine:
                 self.notifier.session(finished.session_id)
         if finished and finished.session_id and finished.resume_revision is not None:
             self.dispatcher.phase(Phase.EXECUTING, finished.session_id, finished.resume_revision)
-
-
-class StepFailed(str):
-    """``"failed"``, as :meth:`WorkflowEngine.run_step` returns it for a step that ended
-    failed, with the error that failed it (the task reports it, e.g. to Flower)."""
-
-    error: str
-
-    def __new__(cls, error: str) -> StepFailed:
-        status = super().__new__(cls, "failed")
-        status.error = error
-        return status
-
-
-def _log_raised(workflow_id: str, step_id: str, exc: BaseException) -> None:
-    # With its traceback, at WARNING: an action's bug shows at a worker's default level.
-    logger.warning("step %s/%s raised %r", workflow_id, step_id, exc, exc_info=exc)

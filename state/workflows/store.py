@@ -15,16 +15,15 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, func, or_, select, update
 
-from state.approvals import rows as approval_rows
 from state.clock import utcnow
 from state.documents import codec
 from state.documents.codec import Document
 from state.events import log
 from state.storage.db import is_postgres, read_connection, retried_on_conflict
 from state.storage.prepared import PREPARED, Statements
-from state.storage.tables import steps, workflows
-from state.workflow import WorkflowState, WorkflowStatus, WorkflowStepStatus
-from state.workflows import control
+from state.storage.tables import steps
+from state.workflow import WorkflowState, WorkflowStepStatus
+from state.workflows import control, propagation
 from state.workflows.creation import insert_workflow
 from state.workflows.fairshare import lock_owner, under_cap
 from state.workflows.guards import (
@@ -37,7 +36,6 @@ from state.workflows.guards import (
 from state.workflows.reads import CLAIM_COLUMNS, WorkflowReads
 from state.workflows.records import (
     APPROVED,
-    PENDING_APPROVAL,
     REJECTED,
     ClaimedStep,
     Completion,
@@ -191,8 +189,8 @@ class WorkflowStore(WorkflowReads):
             dependents = self._finish_step(
                 conn, claimed, WorkflowStepStatus.SUCCESS, outputs=outputs, guard=guard
             )
-            released = self._release_dependents(conn, claimed.workflow_id, dependents)
-            finished = self._count_down(conn, claimed.workflow_id, done=1, failed=0)
+            released = propagation.release_dependents(conn, claimed.workflow_id, dependents)
+            finished = propagation.count_down(conn, claimed.workflow_id, done=1, failed=0)
         ready = [(step_id, revision) for step_id, revision, _ in released]
         actions = {step_id: action for step_id, _, action in released}
         return Completion(claimed.workflow_id, ready, finished, actions)
@@ -293,16 +291,16 @@ class WorkflowStore(WorkflowReads):
         ).first()
         if row is None:
             return None
-        skipped = self._skip_downstream(conn, workflow_id, [step_id])
-        finished = self._count_down(conn, workflow_id, done=1 + skipped, failed=1)
+        skipped = propagation.skip_downstream(conn, workflow_id, [step_id])
+        finished = propagation.count_down(conn, workflow_id, done=1 + skipped, failed=1)
         return Completion(workflow_id, [], finished)
 
     def fail(self, claimed: ClaimedStep, error: str) -> Completion:
         """running -> failed, and every transitive dependent -> skipped."""
         with self.engine.begin() as conn:
             self._finish_step(conn, claimed, WorkflowStepStatus.FAILED, error=error)
-            skipped = self._skip_downstream(conn, claimed.workflow_id, [claimed.step_id])
-            finished = self._count_down(conn, claimed.workflow_id, done=1 + skipped, failed=1)
+            skipped = propagation.skip_downstream(conn, claimed.workflow_id, [claimed.step_id])
+            finished = propagation.count_down(conn, claimed.workflow_id, done=1 + skipped, failed=1)
         return Completion(claimed.workflow_id, [], finished)
 
     def _finish_step(
@@ -341,105 +339,6 @@ class WorkflowStore(WorkflowReads):
         assert row is not None
         dependents: list[str] = codec.loads(row[0])
         return dependents
-
-    def _release_dependents(
-        self, conn: Connection, workflow_id: str, dependents: list[str]
-    ) -> list[tuple[str, int, str]]:
-        """Count ``dependents`` down; the (step id, revision, action) of those now ready."""
-        if not dependents:
-            return []
-        rows = conn.execute(
-            update(steps)
-            .where(steps.c.workflow_id == workflow_id, steps.c.step_id.in_(dependents))
-            .values(remaining_deps=steps.c.remaining_deps - 1, updated_at=utcnow())
-            .returning(
-                steps.c.step_id,
-                steps.c.remaining_deps,
-                steps.c.status,
-                steps.c.revision,
-                steps.c.action,
-                steps.c.approval,
-            )
-        )
-        pending = WorkflowStepStatus.PENDING
-        # One that waits for its approval is sent when it is decided, not before.
-        return [
-            (r[0], int(r[3]), r[4])
-            for r in rows
-            if r[1] == 0 and r[2] == pending and r[5] != PENDING_APPROVAL
-        ]
-
-    def _skip_downstream(self, conn: Connection, workflow_id: str, roots: list[str]) -> int:
-        downstream = self._downstream(conn, workflow_id, roots)
-        if not downstream:
-            return 0
-        approval_rows.close_for_steps(conn, workflow_id, downstream, by="skipped")
-        result = conn.execute(
-            update(steps)
-            .where(
-                steps.c.workflow_id == workflow_id,
-                steps.c.step_id.in_(downstream),
-                steps.c.status.in_((WorkflowStepStatus.PENDING, WorkflowStepStatus.RETRYING)),
-            )
-            .values(
-                status=WorkflowStepStatus.SKIPPED,
-                revision=steps.c.revision + 1,
-                completed_at=utcnow(),
-                updated_at=utcnow(),
-                error="a dependency failed",
-            )
-        )
-        return int(result.rowcount)
-
-    def _downstream(self, conn: Connection, workflow_id: str, roots: list[str]) -> list[str]:
-        # Level by level: one query per level, each row read once.
-        seen = set(roots)
-        found: list[str] = []
-        frontier = list(roots)
-        while frontier:
-            rows = conn.execute(
-                select(steps.c.dependents).where(
-                    steps.c.workflow_id == workflow_id, steps.c.step_id.in_(frontier)
-                )
-            )
-            frontier = []
-            for (raw,) in rows:
-                for child in codec.loads(raw):
-                    if child not in seen:
-                        seen.add(child)
-                        found.append(child)
-                        frontier.append(child)
-        return found
-
-    def _count_down(
-        self, conn: Connection, workflow_id: str, *, done: int, failed: int
-    ) -> Finished | None:
-        row = conn.execute(
-            update(workflows)
-            .where(workflows.c.workflow_id == workflow_id)
-            .values(
-                remaining_steps=workflows.c.remaining_steps - done,
-                failed_steps=workflows.c.failed_steps + failed,
-                updated_at=utcnow(),
-            )
-            .returning(
-                workflows.c.remaining_steps,
-                workflows.c.failed_steps,
-                workflows.c.session_id,
-                workflows.c.resume_revision,
-            )
-        ).one()
-        if row.remaining_steps > 0:
-            return None
-        status = WorkflowStatus.FAILED if row.failed_steps else WorkflowStatus.SUCCESS
-        conn.execute(
-            update(workflows)
-            .where(workflows.c.workflow_id == workflow_id)
-            .values(status=status, finished_at=utcnow())
-        )
-        finished = Finished(workflow_id, status, row.session_id, row.resume_revision)
-        control.tell_session(conn, finished)
-        return finished
 
     # -- recovery --------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import time
 
 from state.errors import WorkFailedError
 from state.turns.draft import PhaseOutcome
-from state.workflows.engine import StepFailed
+from state.workflows.calls import StepFailed
 from tasks.observability import metrics
 
 

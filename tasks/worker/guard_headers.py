@@ -16,13 +16,13 @@ from itertools import islice
 from celery.utils.time import maybe_iso8601
 
 from state.errors import MalformedTaskMessageError
-from state.workflow import MAX_STEP_SECONDS
+from state.workflows.spec import MAX_STEP_SECONDS
 
 MAX_INT = 2**63 - 1  # what a BIGINT column holds
 MAX_TIME_LIMIT_S = 1e6
 MAX_REASON_CHARS = 400
 # The furthest ahead agentstate schedules a message: a step's timer (a week at most,
-# state.workflow.MAX_STEP_SECONDS), plus a day. A worker holds a message with an eta in
+# state.workflows.spec.MAX_STEP_SECONDS), plus a day. A worker holds a message with an eta in
 # its main process's memory until it is due: a forged one due in years would sit there.
 MAX_ETA_AHEAD_S = MAX_STEP_SECONDS + 24 * 3600.0
 TASK_ID = re.compile(r"[\x21-\x7e]{1,255}")  # what fits the last_task_id columns

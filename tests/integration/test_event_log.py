@@ -24,7 +24,7 @@ from state.sessions.snapshot import NewEvent, SessionChange, Snapshot
 from state.sessions.store import SessionStore
 from state.storage.backend import Backend
 from state.storage.tables import events, revisions, sessions
-from state.workflow import parse_spec
+from state.workflows.spec import parse_spec
 from state.workflows.store import WorkflowStore
 from tests.support import uid
 

@@ -17,7 +17,8 @@ from state.documents.codec import Document
 from state.storage.backend import Backend
 from state.storage.tables import steps
 from state.workflows import engine as workflow_engine
-from state.workflows.engine import ActionFn, WorkflowEngine
+from state.workflows.calls import ActionFn
+from state.workflows.engine import WorkflowEngine
 from state.workflows.store import WorkflowStore
 
 

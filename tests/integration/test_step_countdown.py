@@ -18,7 +18,8 @@ from state.dispatch import RecordingDispatcher
 from state.documents.codec import Document
 from state.storage.backend import Backend
 from state.storage.tables import steps
-from state.workflows.engine import ActionFn, WorkflowEngine
+from state.workflows.calls import ActionFn
+from state.workflows.engine import WorkflowEngine
 from state.workflows.store import WorkflowStore
 from state.workflows.store_postgres import KEYED_DEPENDENTS_MAX, SuccessGuard, succeed_statement
 

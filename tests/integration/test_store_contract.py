@@ -23,8 +23,8 @@ from state.sessions.store import SessionStore
 from state.storage.backend import Backend
 from state.storage.tables import inbox, messages, quarantine, sessions, user_state
 from state.store import PersistentStateManager
-from state.workflow import parse_spec
 from state.workflows.records import ClaimedStep
+from state.workflows.spec import parse_spec
 from state.workflows.store import WorkflowStore
 from tests.support import uid
 

@@ -11,7 +11,7 @@ import pytest
 
 from state.documents.codec import require_object, require_storable
 from state.errors import InvalidPayloadError, WorkflowSpecError
-from state.workflow import parse_spec
+from state.workflows.spec import parse_spec
 
 NAN, INF = float("nan"), float("inf")
 

@@ -16,7 +16,7 @@ from state import observe
 from state.errors import ConfigurationError
 from state.machine import AgentStateMachine
 from state.turns.draft import PhaseOutcome
-from state.workflows.engine import StepFailed
+from state.workflows.calls import StepFailed
 from tasks.observability import metrics, tracing
 from tasks.observability.logs import JsonFormatter
 

@@ -10,7 +10,7 @@ import pytest
 from state.agent import DEFAULT_TRIGGERS, PhaseContext, PhaseResult, is_quick, load_agent
 from state.errors import AgentStateError
 from state.machine import WORK_PHASES, destination
-from state.workflow import parse_spec
+from state.workflows.spec import parse_spec
 from tasks import agent
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from config import Settings
 from state.errors import WorkflowSpecError
-from state.workflow import SpecLimits, parse_spec
+from state.workflows.spec import SpecLimits, parse_spec
 
 DEFAULTS = SpecLimits.from_settings(Settings())
 HANG_GUARD_S = 10.0  # the old parser took minutes on these; a hang, not a benchmark

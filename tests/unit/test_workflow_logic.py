@@ -12,14 +12,8 @@ from typing import Any
 import pytest
 
 from state.errors import WorkflowSpecError
-from state.workflow import (
-    WorkflowState,
-    WorkflowStep,
-    WorkflowStepStatus,
-    find_cycle,
-    parse_spec,
-    transitive_dependents,
-)
+from state.workflow import WorkflowState, WorkflowStep, WorkflowStepStatus, transitive_dependents
+from state.workflows.spec import find_cycle, parse_spec
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 

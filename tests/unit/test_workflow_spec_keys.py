@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from state.errors import UnknownActionError, WorkflowSpecError
-from state.workflow import SPEC_KEYS, STEP_KEYS, parse_spec
+from state.workflows.spec import SPEC_KEYS, STEP_KEYS, parse_spec
 
 
 def step(step_id: str, *deps: str, **extra: Any) -> dict[str, Any]:
