@@ -74,6 +74,21 @@ class PushHub:
         self._subscribed: set[str] = set()
         self._pubsub: Any = None
         self._reader: asyncio.Task[None] | None = None
+        # A count of what the reader received, and when (in that count) each channel last
+        # had a push or the connection was lost: whether a read started after them.
+        self.clock = 0
+        self._last_push: dict[str, int] = {}
+        self._lost_at = 0
+
+    def listening(self, channel: str) -> bool:
+        """Whether the server has confirmed this hub's subscription to ``channel``."""
+        confirmed = self._confirmed.get(channel)
+        return confirmed is not None and confirmed.is_set()
+
+    def last_news(self, channel: str) -> int:
+        """The :attr:`clock` at the latest push on ``channel`` (or loss of the connection,
+        which may have lost one): a read started at or after it saw what it announced."""
+        return max(self._last_push.get(channel, 0), self._lost_at)
 
     async def subscribe(self, *channels: str) -> Subscription:
         """A subscription to ``channels``, confirmed by the server before it returns
@@ -119,6 +134,7 @@ class PushHub:
             if not followers:
                 del self._subscribers[channel]
                 self._wanted.discard(channel)
+                self._last_push.pop(channel, None)
 
     async def close(self) -> None:
         """Stop the reader and close the connection."""
@@ -181,10 +197,14 @@ class PushHub:
             return
         data = message.get("data")
         payload = data if isinstance(data, bytes) else str(data).encode()
+        self.clock += 1
+        self._last_push[str(channel)] = self.clock
         for subscription in tuple(self._subscribers.get(str(channel), ())):
             subscription.queue.put_nowait((str(channel), payload))
 
     def _lost(self) -> None:
+        self.clock += 1
+        self._lost_at = self.clock
         for confirmed in self._confirmed.values():
             confirmed.clear()
         notified: set[int] = set()

@@ -52,6 +52,7 @@ from tasks.client.control import checked_message
 from tasks.client.reads import finished_workflow
 from tasks.client.timeline import check_follow_arguments
 from tasks.dispatch.dispatcher import PHASE_TASK, CeleryDispatcher
+from tasks.observability import tracing
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -141,20 +142,26 @@ class AsyncAgentClient:
                 "send_message", session_id, text, user_id, idempotency_key, str(strategy)
             )
             return message_id
-        inbox = self._open().reads.inbox
-        item = await self._db(lambda _: inbox.accept(session_id, user_id, text, idempotency_key))
-        try:
-            if item.needs_kick:
-                await self._kick(session_id, item.session_revision)
-        finally:
-            await self._push(keys.session_events(session_id))
-        return item.message_id
+        # The trace of the turn starts here (AGENTSTATE_OTEL): the kick carries it.
+        with tracing.client_span(
+            "agentstate.send_message", self.settings, **{"agentstate.session_id": session_id}
+        ):
+            inbox = self._open().reads.inbox
+            item = await self._db(
+                lambda _: inbox.accept(session_id, user_id, text, idempotency_key)
+            )
+            try:
+                if item.needs_kick:
+                    await self._kick(session_id, item.session_revision)
+            finally:
+                await self._push(keys.session_events(session_id))
+            return item.message_id
 
     async def _kick(self, session_id: str, revision: int | None) -> None:
         args: list[Any] = [session_id, revision]
         name = PHASE_TASK.format(Phase.UNDERSTANDING)
         broker = self._open().broker
-        found = self.dispatcher.direct.redis_message(name, args, repr(args))
+        found = self.dispatcher.direct.redis_message(name, args, repr(args), tracing.headers())
         try:
             if found is None or broker is None:
                 await asyncio.to_thread(self.dispatcher.phase, Phase.UNDERSTANDING, *args)

@@ -22,6 +22,7 @@ from state.storage.cache import StateCache
 from state.storage.redis_client import async_redis
 from state.store import PersistentStateManager
 from state.workflows.reads import WorkflowReads
+from tasks.client.aio_shared_reads import SharedReads
 from tasks.client.reads import SessionReads
 
 
@@ -55,6 +56,7 @@ class Connections:
     reads: SessionReads
     workflows: WorkflowReads
     users: PersistentStateManager
+    shared: SharedReads
 
     @classmethod
     def open(cls, settings: Settings, broker_is_redis: bool) -> Connections:
@@ -77,6 +79,7 @@ class Connections:
             reads=SessionReads(sessions, inbox, feed),
             workflows=WorkflowReads(sync_engine),
             users=users,
+            shared=SharedReads(),
         )
 
     async def close(self) -> None:

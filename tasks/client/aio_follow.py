@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 
 import redis
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -45,6 +46,7 @@ class Follower:
         self.cursor = after
         self.tokens = tokens
         self.tokens_channel = keys.session_tokens(session_id)
+        self.events_channel = keys.session_events(session_id)
         self.merge = TokenMerge()
         self.backlog: list[tuple[str, bytes] | None] = []
 
@@ -53,13 +55,14 @@ class Follower:
     ) -> AsyncIterator[Document]:
         if self.tokens and subscription.confirmed:
             await self._catch_up()
-        read = True
+        read, first = True, True
         while True:
             if read:
-                for item in await self._woven(subscription):
+                for item in await self._woven(subscription, shared=not first):
                     yield item
                 for item in self.merge.release():
                     yield item
+                first = False
             remaining = FALLBACK_POLL_S if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
                 return
@@ -97,11 +100,19 @@ class Follower:
         ):
             self.merge.catch_up(stored)
 
-    async def _woven(self, subscription: Subscription) -> list[Document]:
-        """The new events, each message's chunks before the event that ends it."""
+    async def _woven(self, subscription: Subscription, *, shared: bool = True) -> list[Document]:
+        """The new events, each message's chunks before the event that ends it. Read with
+        the other followers at this place (``SharedReads``), except a follower's first
+        read: its subscription may be newer than a read already running."""
         connections = self.connections
         feed, session_id, after = connections.reads.feed, self.session_id, self.cursor
-        found = await bridged(connections.engine, lambda _: feed.new_events(session_id, after))
+        read = partial(bridged, connections.engine, lambda _: feed.new_events(session_id, after))
+        if shared:
+            hub = connections.hub
+            news = hub.last_news(self.events_channel)
+            found = await connections.shared.new_events((session_id, after), news, hub.clock, read)
+        else:
+            found = await read()
         out: list[Document] = []
         for event in found:
             self.cursor = event["seq"]

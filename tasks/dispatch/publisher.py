@@ -122,7 +122,13 @@ class DirectPublisher:
             return False
         return True
 
-    def redis_message(self, name: str, args: list[Any], argsrepr: str) -> tuple[str, str] | None:
+    def redis_message(
+        self,
+        name: str,
+        args: list[Any],
+        argsrepr: str,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[str, str] | None:
         """The Redis list and the message ``publish`` would push there (the message kombu's
         Redis channel writes: body in base64, its delivery tag and info), for a caller
         that pushes it itself (the asyncio client, on its own connection); None where
@@ -137,7 +143,7 @@ class DirectPublisher:
         if getattr(self._local, "pid", None) != os.getpid():
             self._local.pid, self._local.connection, self._local.channel = os.getpid(), None, None
             self._local.origin = anon_nodename()
-        message = self._message(_KombuMessages, limits, name, args, argsrepr)
+        message = self._message(_KombuMessages, limits, name, args, argsrepr, extra_headers=headers)
         queue = self._route[0]
         body = str_to_bytes(message["body"])  # type: ignore[no-untyped-call]
         message["body"] = base64.b64encode(body).decode("ascii")

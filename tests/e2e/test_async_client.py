@@ -13,6 +13,7 @@ import pytest
 
 from config import Settings
 from state.errors import InvalidPayloadError, NotFoundError, SessionBusyError
+from state.storage import keys
 from tasks.client import AgentClient, AsyncAgentClient
 from tests.agents import TRICKLE_CHUNKS
 from tests.support import Workers, agent_test_settings, uid
@@ -80,6 +81,9 @@ def test_events_follow_with_chunks_and_read_like_the_sync_client(
             await client.wait_for_idle(session_id)
             after = [e async for e in client.events(session_id)][-1]["seq"]
             task = asyncio.create_task(follow(after))
+            # Chunks sent before the follower listens are not replayed once the reply is
+            # durable: send once the server has confirmed its subscription.
+            await asyncio.wait_for(listening(client, keys.session_tokens(session_id)), 10)
             await client.send_message(session_id, "trickle please", user_id=user)
             await asyncio.wait_for(task, 60)
             logged = [e async for e in client.events(session_id)]
@@ -92,6 +96,12 @@ def test_events_follow_with_chunks_and_read_like_the_sync_client(
     assert logged == list(sync.events(session_id))
     durable = [i for i in followed if i["seq"]]
     assert durable == [e for e in logged if durable[0]["seq"] <= e["seq"] <= durable[-1]["seq"]]
+
+
+async def listening(client: AsyncAgentClient, channel: str) -> None:
+    hub = client._open().hub
+    while not hub.listening(channel):
+        await asyncio.sleep(0.01)
 
 
 def test_every_method_answers_as_the_sync_one(async_settings: Settings, workers: None) -> None:

@@ -5,6 +5,7 @@ handler's traceback is in the worker log at Celery's default level."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import threading
@@ -25,7 +26,7 @@ from state.storage.db import upgrade_schema
 from state.turns.services import TurnServices
 from tasks.actions import known_actions
 from tasks.app import make_app
-from tasks.client import AgentClient
+from tasks.client import AgentClient, AsyncAgentClient
 from tasks.observability import tracing
 from tasks.worker.processes import Flower, free_port
 from tests.support import (
@@ -232,6 +233,26 @@ def test_the_spans_of_one_turn_share_one_trace(client: AgentClient, receiver: Ot
     session_id = uid("s")
     client.send_message(session_id, "what is 6*7?", user_id=uid("u"))
     client.wait_for_idle(session_id, timeout=30)
+    assert_one_trace(receiver, session_id)
+
+
+def test_an_asyncio_clients_message_starts_the_trace_too(
+    client: AgentClient, obs_settings: Settings, receiver: OtlpReceiver
+) -> None:
+    session_id = uid("s")
+
+    async def send() -> None:
+        async with AsyncAgentClient(obs_settings) as aclient:
+            await aclient.send_message(session_id, "what is 6*7?", user_id=uid("u"))
+            await aclient.wait_for_idle(session_id, timeout=30)
+
+    asyncio.run(send())
+    assert_one_trace(receiver, session_id)
+
+
+def assert_one_trace(receiver: OtlpReceiver, session_id: str) -> None:
+    """The session's spans (send_message's and every phase's) are one trace, rooted at
+    send_message."""
     phases = {"understanding", "planning", "retrieving", "executing", "evaluating", "generating"}
     deadline = time.monotonic() + 20
     ours: list[Any] = []
