@@ -27,8 +27,12 @@ typecheck: install
 unit: install
 	$(BIN)/pytest -q tests/unit
 
+# Two test processes (TEST_PROCESSES=1 for one), each a whole module at a time, each on a
+# database, Redis indexes and a RabbitMQ vhost of its own (tests/support.py).
+TEST_PROCESSES ?= 2
+
 test: install services lint typecheck docs
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(if $(filter-out 1,$(TEST_PROCESSES)),-n $(TEST_PROCESSES) --dist loadfile)
 
 # The docs site, built strictly into site/: a broken link, a missing page or a reference
 # page the code can no longer write fails the build. The reference pages (CLI, settings,

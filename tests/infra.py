@@ -7,6 +7,7 @@ that started it; the machine's shared services are never reconfigured.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -20,35 +21,43 @@ import redis
 
 from tasks.worker.processes import free_port
 from tests.services import wait_for_port
-from tests.support import PG_SERVER, unavailable
+from tests.support import PG_SERVER, per_worker, unavailable
 
-AMQP_URL = os.environ.get(
-    "AGENTSTATE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/agentstate_test"
+AMQP_URL = per_worker(
+    os.environ.get("AGENTSTATE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/agentstate_test")
 )
 SENTINEL_SERVICE = "agentstate"
+APT_LOCK = Path(tempfile.gettempdir()) / "agentstate-tests-apt.lock"
 
 
 def ensure_program(program: str, package: str) -> str:
     """The path of ``program``, installing Debian's ``package`` with apt-get if missing
     (as the CI machine's root); skips locally and fails in CI when it cannot."""
-    found = shutil.which(program) or shutil.which(program, path="/usr/sbin:/sbin")
+    found = _which(program)
     if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(
-            ["apt-get", "update", "-qq"], check=False, env=env, capture_output=True, timeout=300
-        )
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", package],
-            check=False,
-            env=env,
-            capture_output=True,
-            timeout=600,
-        )
-        found = shutil.which(program) or shutil.which(program, path="/usr/sbin:/sbin")
+        # One install at a time: the test processes of one run (xdist) share dpkg's lock.
+        with open(APT_LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            found = _which(program)  # another process may have installed it meanwhile
+            if found is None:
+                _apt_install(package)
+                found = _which(program)
     if found is None:
         unavailable(f"{program} (Debian package {package})")
     assert found is not None
     return found
+
+
+def _which(program: str) -> str | None:
+    return shutil.which(program) or shutil.which(program, path="/usr/sbin:/sbin")
+
+
+def _apt_install(package: str) -> None:
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    update = ["apt-get", "update", "-qq"]
+    subprocess.run(update, check=False, env=env, capture_output=True, timeout=300)
+    install = ["apt-get", "install", "-y", "-qq", package]
+    subprocess.run(install, check=False, env=env, capture_output=True, timeout=600)
 
 
 class PgBouncer:

@@ -16,13 +16,37 @@ from tasks.worker import processes
 
 REPO = Path(__file__).resolve().parents[1]
 IN_CI = bool(os.environ.get("CI"))
-TEST_DB = os.environ.get("AGENTSTATE_TEST_DB_NAME", "agentstate_test")
+# Under pytest-xdist (`make test` runs two processes) each process has a database, Redis
+# indexes and a RabbitMQ vhost of its own: "gw0" the configured ones, "gw1" its own.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_WORKER_NUMBER = int(XDIST_WORKER[2:]) if XDIST_WORKER[2:].isdigit() else 0
+REDIS_INDEXES_PER_WORKER = 4
+
+
+def per_worker(name: str) -> str:
+    """``name`` for this test process (a database, a vhost): its own under xdist."""
+    return f"{name}_{XDIST_WORKER}" if _WORKER_NUMBER else name
+
+
+def per_worker_redis(url: str) -> str:
+    """``url`` (ending in a DB index) at this test process's own index under xdist."""
+    base, _, index = url.rpartition("/")
+    if not _WORKER_NUMBER or not index.isdigit():
+        return url
+    return f"{base}/{(int(index) - REDIS_INDEXES_PER_WORKER * _WORKER_NUMBER) % 16}"
+
+
+TEST_DB = per_worker(os.environ.get("AGENTSTATE_TEST_DB_NAME", "agentstate_test"))
 PG_SERVER = os.environ.get(
     "AGENTSTATE_TEST_PG_SERVER", "postgresql+psycopg2://postgres@127.0.0.1:5432"
 )
 PG_URL = f"{PG_SERVER}/{TEST_DB}"
-REDIS_URL = os.environ.get("AGENTSTATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
-BROKER_URL = os.environ.get("AGENTSTATE_TEST_BROKER_URL", "redis://127.0.0.1:6379/14")
+REDIS_URL = per_worker_redis(
+    os.environ.get("AGENTSTATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+)
+BROKER_URL = per_worker_redis(
+    os.environ.get("AGENTSTATE_TEST_BROKER_URL", "redis://127.0.0.1:6379/14")
+)
 WORKER_START_TIMEOUT_S = 60.0
 
 
