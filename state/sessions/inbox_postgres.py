@@ -74,6 +74,49 @@ _NEXT = prepared.prepare(
 )
 
 
+class OneTripAccept:
+    """One message's accept as the two statements of one query message (``_ACCEPT`` then
+    ``_ACCEPTED``), and the item their row describes; the sync and the asyncio clients
+    send it each on their own driver."""
+
+    def __init__(self, session_id: str, user_id: str, text: str, max_queued: int | None) -> None:
+        self.session_id, self.text = session_id, text
+        self.message_id, self.now = new_id("msg"), utcnow()
+        # No quota (the engine's own callers): no inbox holds this many.
+        limit = max_queued or _NO_QUOTA
+        params: dict[str, object] = {
+            "session_id": session_id,
+            "user_id": user_id,
+            "message_id": self.message_id,
+            "text": text,
+            "now": self.now,
+            "over_quota": limit + 1,  # this message is among those counted after it
+        }
+        self.parts: list[prepared.Part] = [(_ACCEPT, params), (_ACCEPTED, params)]
+
+    @staticmethod
+    def over_quota(exc: Exception) -> bool:
+        """Whether ``exc`` is the quota's own failed cast: nothing was stored."""
+        return QUEUED_SETTING in str(exc)
+
+    def item(self, row: prepared.Row) -> InboxItem:
+        """The accepted message, from ``_ACCEPTED``'s row."""
+        seq, phase, revision, waiting, _room = tuple(row)
+        # Waiting counts this message too (no later one can have committed: the
+        # transaction still held the row lock).
+        needs_kick = owes_kick(phase, int(waiting) > 1)
+        return InboxItem(
+            self.message_id,
+            self.session_id,
+            int(seq),
+            self.text,
+            InboxState.QUEUED,
+            self.now,
+            needs_kick,
+            int(revision),
+        )
+
+
 class PostgresInbox(Inbox):
     """Inbox whose accept (to an existing session, without a key) and whose read of the
     next message are one prepared statement each (see the module docstring)."""
@@ -94,40 +137,16 @@ class PostgresInbox(Inbox):
         """Like :meth:`Inbox.accept`, in one round trip when the session exists."""
         if idempotency_key is not None:
             return super().accept(session_id, user_id, text, idempotency_key)
-        message_id, now = new_id("msg"), utcnow()
-        # No quota (the engine's own callers): no inbox holds this many.
-        limit = self.max_queued or _NO_QUOTA
-        params: dict[str, object] = {
-            "session_id": session_id,
-            "user_id": user_id,
-            "message_id": message_id,
-            "text": text,
-            "now": now,
-            "over_quota": limit + 1,  # this message is among those counted after it
-        }
-        parts = [(_ACCEPT, params), (_ACCEPTED, params)]
+        message = OneTripAccept(session_id, user_id, text, self.max_queued)
         try:
-            row = prepared.first(self.statements.rows(self.autocommit, parts))
+            row = prepared.first(self.statements.rows(self.autocommit, message.parts))
         except DataError as exc:
-            if QUEUED_SETTING not in str(exc):
+            if not message.over_quota(exc):
                 raise
             row = None  # a racer filled the inbox first: nothing was stored
         if row is None:  # new, not this user's, or full: the portable path decides
             return super().accept(session_id, user_id, text)
-        seq, phase, revision, waiting, _room = tuple(row)
-        # Waiting counts this message too (no later one can have committed: this
-        # transaction still holds the row lock).
-        needs_kick = owes_kick(phase, int(waiting) > 1)
-        return InboxItem(
-            message_id,
-            session_id,
-            int(seq),
-            text,
-            InboxState.QUEUED,
-            now,
-            needs_kick,
-            int(revision),
-        )
+        return message.item(row)
 
     def next_queued(self, session_id: str) -> InboxItem | None:
         """The oldest message of the session that has not started its turn."""

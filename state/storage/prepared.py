@@ -141,7 +141,7 @@ class Statements:
         if self.prepares and _pooled(conn.engine.url):
             return UNPREPARED.execute_all(conn, parts)
         try:
-            sql, values = self._message(conn.connection.info, parts, conn.exec_driver_sql)
+            sql, values = self.query_message(conn.connection.info, parts, conn.exec_driver_sql)
             return conn.exec_driver_sql(sql, values)
         except DBAPIError as exc:
             if not self.prepares or not _met_a_pooler(exc, conn.engine.url):
@@ -167,7 +167,7 @@ class Statements:
             return UNPREPARED.rows(engine, parts)
         try:
             with pooled_cursor(engine) as (cursor, info):
-                sql, values = self._message(info, parts, cursor.execute)
+                sql, values = self.query_message(info, parts, cursor.execute)
                 cursor.execute(sql, values)
                 return list(cursor.fetchall()) if cursor.description is not None else []
         except DBAPIError as exc:
@@ -176,7 +176,7 @@ class Statements:
         # In autocommit the failed message was its own transaction and applied nothing.
         return UNPREPARED.rows(engine, parts)
 
-    def _message(
+    def query_message(
         self, info: dict[Any, Any], parts: Sequence[Part], send: Callable[[str], object]
     ) -> tuple[str, Any]:
         """The one query message running ``parts`` and its values, after preparing (with
@@ -199,7 +199,7 @@ class UnpreparedStatements(Statements):
 
     prepares = False
 
-    def _message(
+    def query_message(
         self, info: dict[Any, Any], parts: Sequence[Part], send: Callable[[str], object]
     ) -> tuple[str, Any]:
         """The statements' SQL in one message, each placeholder renamed after its

@@ -39,6 +39,7 @@ from state.ids import validate_id
 from state.machine import Phase
 from state.migrate import stamp
 from state.paging import whole_number
+from state.sessions.snapshot import InboxItem
 from state.storage import keys
 from state.storage.async_db import bridged
 from state.storage.redis_client import CACHE_PUT
@@ -146,16 +147,26 @@ class AsyncAgentClient:
         with tracing.client_span(
             "agentstate.send_message", self.settings, **{"agentstate.session_id": session_id}
         ):
-            inbox = self._open().reads.inbox
-            item = await self._db(
-                lambda _: inbox.accept(session_id, user_id, text, idempotency_key)
-            )
+            item = await self._accept(session_id, user_id, text, idempotency_key)
             try:
                 if item.needs_kick:
                     await self._kick(session_id, item.session_revision)
             finally:
                 await self._push(keys.session_events(session_id))
             return item.message_id
+
+    async def _accept(
+        self, session_id: str, user_id: str, text: str, idempotency_key: str | None
+    ) -> InboxItem:
+        """On Postgres one round trip (``state.sessions.inbox_async``) where the portable
+        accept is not needed: a new session, another user's, a full inbox, a key."""
+        connections = self._open()
+        if connections.one_trip is not None and idempotency_key is None:
+            item = await connections.one_trip.accept(session_id, user_id, text)
+            if item is not None:
+                return item
+        inbox = connections.reads.inbox
+        return await self._db(lambda _: inbox.accept(session_id, user_id, text, idempotency_key))
 
     async def _kick(self, session_id: str, revision: int | None) -> None:
         args: list[Any] = [session_id, revision]

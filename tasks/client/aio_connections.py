@@ -16,9 +16,11 @@ from state.documents.codec import Document
 from state.events.feed import EventFeed
 from state.events.hub import PushHub
 from state.sessions.inbox import Inbox
+from state.sessions.inbox_async import AsyncOneTripAccept
 from state.sessions.store import SessionStore
 from state.storage.async_db import create_engine_for
 from state.storage.cache import StateCache
+from state.storage.prepared import statements_for
 from state.storage.redis_client import async_redis
 from state.store import PersistentStateManager
 from state.workflows.reads import WorkflowReads
@@ -57,6 +59,7 @@ class Connections:
     workflows: WorkflowReads
     users: PersistentStateManager
     shared: SharedReads
+    one_trip: AsyncOneTripAccept | None  # Postgres: a message accepted in one round trip
 
     @classmethod
     def open(cls, settings: Settings, broker_is_redis: bool) -> Connections:
@@ -80,6 +83,11 @@ class Connections:
             workflows=WorkflowReads(sync_engine),
             users=users,
             shared=SharedReads(),
+            one_trip=None
+            if sync_engine.dialect.name == "sqlite"
+            else AsyncOneTripAccept(
+                engine, statements_for(settings.db_pooler), settings.max_queued_messages
+            ),
         )
 
     async def close(self) -> None:

@@ -4,8 +4,9 @@ its error class maps to, as the CLI's kinds map to exit statuses.
 Bad input is a 4xx and changes nothing (400, 413 for what is too large, 422 for a request
 that does not match the OpenAPI document); an unknown id, or another user's, is 404; a
 conflict with what is stored (an idempotency key reused for other text, a decided
-approval, a finished workflow) is 409; a service that does not answer is 503. Only a bug
-is a 500, and its answer says nothing of it (the traceback goes to the log).
+approval, a finished workflow, state a newer version stored) is 409; a service that does
+not answer is 503. Only a bug is a 500, and its answer says nothing of it (the traceback
+goes to the log).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from state.errors import (
     BadInputError,
     DatabaseNotFoundError,
     ForbiddenError,
+    FutureVersionError,
     IdempotencyConflictError,
     MessageTooLargeError,
     NotFoundError,
@@ -53,6 +55,8 @@ _RULES: list[tuple[tuple[type[Exception], ...], int, str]] = [
     ((NotFoundError, SessionOwnershipError), 404, "not_found"),
     ((RequestTooLargeError, MessageTooLargeError, UserStateTooLargeError), 413, "bad_input"),
     ((IdempotencyConflictError, RunStateError, SessionExistsError), 409, "conflict"),
+    # Stored by a newer agentstate: left as is until this server is upgraded.
+    ((FutureVersionError,), 409, "conflict"),
     ((BadInputError,), 400, "bad_input"),
     ((StaleStateError,), 409, "conflict"),
     ((TimeoutError,), 503, "timeout"),
