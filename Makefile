@@ -14,8 +14,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Each target checks (and on this machine may start) only the services it uses: the app's
+# own AGENTSTATE_* URLs for the demo, AGENTSTATE_TEST_* for the suite, AGENTSTATE_BENCH_*
+# for the benchmarks.
 services:
-	@scripts/ensure-services.sh
+	@scripts/ensure-services.sh test
 
 lint: install
 	$(BIN)/ruff check .
@@ -48,12 +51,14 @@ $(DOCS_STAMP): $(STAMP) pyproject.toml
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
-demo: install services
+demo: install
+	@scripts/ensure-services.sh app
 	$(BIN)/agentstate demo
 
 # `make bench ROWS=throughput,latency` runs some row groups only, `QUICK=1` at small sizes
 # (`python -m bench --help` lists the groups).
-bench: install services
+bench: install
+	@scripts/ensure-services.sh bench
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[bench]'
 	$(BIN)/python -m bench $(if $(ROWS),--rows $(ROWS)) $(if $(QUICK),--quick)
 

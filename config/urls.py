@@ -196,6 +196,17 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 _BROKER_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.\-]*://")
 
 
+# Heroku, Render, Fly and most hosted Postgres write postgres://; SQLAlchemy knows the
+# dialect only as postgresql. Both spellings without a driver mean the driver we ship.
+_POSTGRES_SCHEME = re.compile(r"^postgres(?:ql)?(?=://)", re.IGNORECASE)
+
+
+def normalise_database_url(url: str) -> str:
+    """``url`` in SQLAlchemy's driver form: ``postgres://`` and ``postgresql://`` become
+    ``postgresql+psycopg2://`` (the rest of the URL as written); anything else unchanged."""
+    return _POSTGRES_SCHEME.sub("postgresql+psycopg2", url, count=1)
+
+
 def check_database_url(url: str) -> str:
     """``url`` if SQLAlchemy can parse it and it names a supported backend and driver."""
     from sqlalchemy.engine import make_url
