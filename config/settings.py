@@ -103,8 +103,9 @@ class Settings(BaseSettings):
     # child_environment, names the same file.
     database_url: str = Field("sqlite:///agentstate.db", repr=False, validate_default=True)
     """The authority; Postgres in production (`postgres://...`, `postgresql://...` and
-    `postgresql+psycopg2://...` all mean psycopg2); other databases and drivers are refused. A relative SQLite path (the default's) is made absolute against the
-    folder the process starts in; workers show it in their banner."""
+    `postgresql+psycopg2://...` all mean psycopg2); other databases and drivers are refused.
+    A relative SQLite path (the default's) is made absolute against the folder the process
+    starts in; workers show it in their banner."""
     # Files holding those URLs (Docker/Kubernetes secrets), instead of the variables.
     redis_url_file: str = ""
     """Read `AGENTSTATE_REDIS_URL` from a file (a Docker or Kubernetes secret); setting both is an

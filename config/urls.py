@@ -77,7 +77,12 @@ def url_problem(url: str) -> str | None:
         return f"it contains whitespace or a control character; {_HINT}"
     scheme, separator, rest = url.partition("://")
     if not separator or not _SCHEME.fullmatch(scheme):
-        return "expected scheme://[user:password@]host[:port][/path]"
+        # Written so that redaction (which hides what sits between "://" and "@") leaves
+        # it whole when it is printed.
+        return (
+            "expected scheme://host[:port][/path], with user:password@ before the host "
+            "if needed"
+        )
     return _authority_problem(rest)
 
 
