@@ -66,7 +66,11 @@ def test_the_examples_are_included_from_their_files_and_the_readme_quotes_the_qu
         "examples/text_actions.py",
         "examples/follow_events.py",
         "examples/time_travel.py",
+        "examples/refund_agent.py",
     }
+    # The approval pattern comes first in the approvals guide, before the reference.
+    approvals = (REPO / "docs/guides/approvals.md").read_text()
+    assert approvals.index("examples/refund_agent.py") < approvals.index("## Asking and deciding")
     # GitHub shows the README without includes: its quick start is the file's, verbatim.
     (quickstart,) = [b for b in blocks() if b.page == "README.md"]
     body = (REPO / "examples/quickstart.py").read_text().split('"""', 2)[2]
