@@ -79,10 +79,7 @@ def url_problem(url: str) -> str | None:
     if not separator or not _SCHEME.fullmatch(scheme):
         # Written so that redaction (which hides what sits between "://" and "@") leaves
         # it whole when it is printed.
-        return (
-            "expected scheme://host[:port][/path], with user:password@ before the host "
-            "if needed"
-        )
+        return "expected scheme://host[:port][/path], with user:password@ before the host"
     return _authority_problem(rest)
 
 

@@ -31,7 +31,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 BLOCK = re.compile(
-    r"^(?P<start><!-- reference:(?P<name>\w+) -->\n)(?P<body>.*?)(?P<end>^<!-- /reference:(?P=name) -->)$",
+    r"^(?P<start><!-- reference:(?P<name>\w+) -->\n)(?P<body>.*?)"
+    r"(?P<end>^<!-- /reference:(?P=name) -->)$",
     re.M | re.S,
 )
 START = re.compile(r"^<!-- reference:\w+ -->$", re.M)

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from config import Settings
-from tasks.client import AgentClient
 from tasks.cli.terminal import ELLIPSIS
+from tasks.client import AgentClient
 from tests.e2e.test_cli import AGENTSTATE, assert_one_line_error, run
 from tests.support import Workers, agent_test_settings, settings_env, uid
 

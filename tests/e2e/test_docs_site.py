@@ -118,7 +118,8 @@ FITS = """() => [...document.querySelectorAll('.md-typeset table')].map(table =>
     const frame = table.closest('.md-typeset__scrollwrap') || table.parentElement;
     const cells = [...table.querySelectorAll('td:not(:last-child) code')];
     return {
-        overflow: Math.max(frame.scrollWidth - frame.clientWidth, table.scrollWidth - table.clientWidth),
+        overflow: Math.max(
+            frame.scrollWidth - frame.clientWidth, table.scrollWidth - table.clientWidth),
         broken: cells.filter(code => code.getClientRects().length > 1).map(c => c.textContent),
     };
 })"""

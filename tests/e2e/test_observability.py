@@ -379,9 +379,9 @@ def test_turns_cancelled_over_http_and_from_the_cli_are_counted(
             text = api.client().get("/metrics").text
             for family in text_string_to_metric_families(text):
                 for sample in family.samples:
-                    if sample.name == "agentstate_turns_total":
-                        if sample.labels == {"outcome": "cancelled"}:
-                            return sample.value
+                    cancelled = sample.labels == {"outcome": "cancelled"}
+                    if sample.name == "agentstate_turns_total" and cancelled:
+                        return sample.value
             return 0.0
 
         def cancelled() -> float:  # the fleet's count: the worker's endpoint and the service's
