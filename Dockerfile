@@ -33,6 +33,12 @@ COPY tasks/ tasks/
 COPY alembic.ini ./
 RUN pip install --no-cache-dir --no-deps --no-build-isolation --no-index .
 
+# Your own agent and actions: the packages in the build context's app/ folder (see
+# app/README.md), importable by every process of the image whatever its working folder.
+# Last, so changing them rebuilds only this layer.
+COPY app/ /srv/app/
+ENV PYTHONPATH=/srv/app
+
 # Source stays root-owned and read-only for the runtime user; Celery beat keeps its
 # schedule under the temp dir (/tmp), which is writable.
 USER agentstate

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install services lint typecheck unit test docs demo bench lock clean
+.PHONY: install services lint typecheck unit test docs reference demo bench lock clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,8 +14,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Each target checks (and on this machine may start) only the services it uses: the app's
+# own AGENTSTATE_* URLs for the demo, AGENTSTATE_TEST_* for the suite, AGENTSTATE_BENCH_*
+# for the benchmarks.
 services:
-	@scripts/ensure-services.sh
+	@scripts/ensure-services.sh test
 
 lint: install
 	$(BIN)/ruff check .
@@ -38,7 +41,8 @@ test: install services lint typecheck docs
 
 # The docs site, built strictly into site/: a broken link, a missing page or a reference
 # page the code can no longer write fails the build. The reference pages (CLI, settings,
-# errors, client, FSM, HTTP routes) are written from the code by docs/hooks/reference.py.
+# errors, client, FSM, HTTP routes) are written from the code by docs/hooks/reference.py
+# (`make reference`) and committed.
 DOCS_STAMP := $(VENV)/.docs-installed
 
 $(DOCS_STAMP): $(STAMP) pyproject.toml
@@ -48,12 +52,19 @@ $(DOCS_STAMP): $(STAMP) pyproject.toml
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
-demo: install services
+# Rewrites the committed reference pages from the code (tests/unit/test_docs.py fails while
+# they disagree).
+reference: $(DOCS_STAMP)
+	$(BIN)/python docs/hooks/reference.py
+
+demo: install
+	@scripts/ensure-services.sh app
 	$(BIN)/agentstate demo
 
 # `make bench ROWS=throughput,latency` runs some row groups only, `QUICK=1` at small sizes
 # (`python -m bench --help` lists the groups).
-bench: install services
+bench: install
+	@scripts/ensure-services.sh bench
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[bench]'
 	$(BIN)/python -m bench $(if $(ROWS),--rows $(ROWS)) $(if $(QUICK),--quick)
 

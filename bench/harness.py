@@ -24,14 +24,15 @@ import redis
 from sqlalchemy import Engine, Select, create_engine, func, select, text
 
 from config import Settings
+from config.urls import normalise_database_url
 from state.storage import keys
 from state.storage.db import autocommit_engine, dispose_engines, get_engine, upgrade_schema
 from state.storage.tables import inbox
 from tasks.worker.processes import WorkerGroup
 
 REPO = Path(__file__).resolve().parents[1]
-PG_SERVER = os.environ.get(
-    "AGENTSTATE_BENCH_PG_SERVER", "postgresql+psycopg2://postgres@127.0.0.1:5432"
+PG_SERVER = normalise_database_url(
+    os.environ.get("AGENTSTATE_BENCH_PG_SERVER", "postgresql+psycopg2://postgres@127.0.0.1:5432")
 )
 BENCH_DB = os.environ.get("AGENTSTATE_BENCH_DB_NAME", "agentstate_bench")
 REDIS_URL = os.environ.get("AGENTSTATE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")

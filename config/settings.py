@@ -23,6 +23,7 @@ from config.urls import (
     check_database_url,
     check_redis_url,
     check_url,
+    normalise_database_url,
     read_secret_file,
     redact_url,
 )
@@ -101,9 +102,10 @@ class Settings(BaseSettings):
     # the process starts in, here, once: every later use, and every process started with
     # child_environment, names the same file.
     database_url: str = Field("sqlite:///agentstate.db", repr=False, validate_default=True)
-    """The authority; Postgres in production (`postgresql+psycopg2://...`); other databases and
-    drivers are refused. A relative SQLite path (the default's) is made absolute against the
-    folder the process starts in; workers show it in their banner."""
+    """The authority; Postgres in production (`postgres://...`, `postgresql://...` and
+    `postgresql+psycopg2://...` all mean psycopg2); other databases and drivers are refused.
+    A relative SQLite path (the default's) is made absolute against the folder the process
+    starts in; workers show it in their banner."""
     # Files holding those URLs (Docker/Kubernetes secrets), instead of the variables.
     redis_url_file: str = ""
     """Read `AGENTSTATE_REDIS_URL` from a file (a Docker or Kubernetes secret); setting both is an
@@ -440,6 +442,7 @@ def check_service_url(field: str, url: str, variable: str) -> str:
     ``variable`` and quoting nothing of the URL."""
     check_url(variable, url, alternatives=field == "broker_url")
     if field == "database_url":
+        url = normalise_database_url(url)
         from sqlalchemy.engine import make_url
 
         try:

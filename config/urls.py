@@ -77,7 +77,9 @@ def url_problem(url: str) -> str | None:
         return f"it contains whitespace or a control character; {_HINT}"
     scheme, separator, rest = url.partition("://")
     if not separator or not _SCHEME.fullmatch(scheme):
-        return "expected scheme://[user:password@]host[:port][/path]"
+        # Written so that redaction (which hides what sits between "://" and "@") leaves
+        # it whole when it is printed.
+        return "expected scheme://host[:port][/path], with user:password@ before the host"
     return _authority_problem(rest)
 
 
@@ -194,6 +196,17 @@ def read_secret_file(variable: str, path: str) -> str:
 DATABASE_DRIVERS = {"sqlite": ("pysqlite",), "postgresql": ("psycopg2",)}
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 _BROKER_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.\-]*://")
+
+
+# Heroku, Render, Fly and most hosted Postgres write postgres://; SQLAlchemy knows the
+# dialect only as postgresql. Both spellings without a driver mean the driver we ship.
+_POSTGRES_SCHEME = re.compile(r"^postgres(?:ql)?(?=://)", re.IGNORECASE)
+
+
+def normalise_database_url(url: str) -> str:
+    """``url`` in SQLAlchemy's driver form: ``postgres://`` and ``postgresql://`` become
+    ``postgresql+psycopg2://`` (the rest of the URL as written); anything else unchanged."""
+    return _POSTGRES_SCHEME.sub("postgresql+psycopg2", url, count=1)
 
 
 def check_database_url(url: str) -> str:

@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
 # Start Redis and PostgreSQL on this machine when the configured ones are local and not
-# answering (CI and fresh machines). The URLs come from AGENTSTATE_REDIS_URL,
-# AGENTSTATE_BROKER_URL and AGENTSTATE_DATABASE_URL (or their *_FILE variables), and from
-# the test suite's AGENTSTATE_TEST_REDIS_URL, AGENTSTATE_TEST_BROKER_URL and
-# AGENTSTATE_TEST_PG_SERVER; the defaults are Redis and Postgres on 127.0.0.1.
+# answering (CI and fresh machines). Which URLs depends on who asks:
+#   app   (make demo)  AGENTSTATE_REDIS_URL, AGENTSTATE_BROKER_URL and AGENTSTATE_DATABASE_URL
+#                      (or their *_FILE variables): the app's own services, nothing else;
+#   test  (make test)  the suite's AGENTSTATE_TEST_REDIS_URL, AGENTSTATE_TEST_BROKER_URL and
+#                      AGENTSTATE_TEST_PG_SERVER;
+#   bench (make bench) AGENTSTATE_BENCH_REDIS_URL, AGENTSTATE_BENCH_BROKER_URL and
+#                      AGENTSTATE_BENCH_PG_SERVER.
+# The defaults are Redis and Postgres on 127.0.0.1 (the app's database: a SQLite file).
 # A remote service is neither probed nor started here, and no password is ever printed.
 set -euo pipefail
 
+mode=${1:-app}
+case "$mode" in
+  app|test|bench) ;;
+  *) echo "usage: $0 [app|test|bench]" >&2; exit 2 ;;
+esac
+
 # One line per service to check: "redis|postgres <variable> <host> <port> <credentials>".
-services() { python3 - <<'PY'
+services() { python3 - "$mode" <<'PY'
 import os
+import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -22,15 +33,27 @@ def value(name, default):
     except (OSError, UnicodeDecodeError):
         return "unreadable:"  # reported as a bad URL below
 
-redis_url = value("AGENTSTATE_REDIS_URL", "redis://localhost:6379/0")
-urls = [
-    ("AGENTSTATE_REDIS_URL", redis_url),
-    ("AGENTSTATE_BROKER_URL", value("AGENTSTATE_BROKER_URL", redis_url)),
-    ("AGENTSTATE_TEST_REDIS_URL", os.environ.get("AGENTSTATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")),
-    ("AGENTSTATE_TEST_BROKER_URL", os.environ.get("AGENTSTATE_TEST_BROKER_URL", "redis://127.0.0.1:6379/14")),
-    ("AGENTSTATE_DATABASE_URL", value("AGENTSTATE_DATABASE_URL", "sqlite:///agentstate.db")),
-    ("AGENTSTATE_TEST_PG_SERVER", os.environ.get("AGENTSTATE_TEST_PG_SERVER", "postgresql+psycopg2://postgres@127.0.0.1:5432")),
-]
+def app():
+    redis_url = value("AGENTSTATE_REDIS_URL", "redis://localhost:6379/0")
+    return [
+        ("AGENTSTATE_REDIS_URL", redis_url),
+        ("AGENTSTATE_BROKER_URL", value("AGENTSTATE_BROKER_URL", redis_url)),
+        ("AGENTSTATE_DATABASE_URL", value("AGENTSTATE_DATABASE_URL", "sqlite:///agentstate.db")),
+    ]
+
+def suite(prefix, redis_db, broker_db):
+    server = "postgresql+psycopg2://postgres@127.0.0.1:5432"
+    return [
+        (f"{prefix}_REDIS_URL", os.environ.get(f"{prefix}_REDIS_URL", f"redis://127.0.0.1:6379/{redis_db}")),
+        (f"{prefix}_BROKER_URL", os.environ.get(f"{prefix}_BROKER_URL", f"redis://127.0.0.1:6379/{broker_db}")),
+        (f"{prefix}_PG_SERVER", os.environ.get(f"{prefix}_PG_SERVER", server)),
+    ]
+
+urls = {
+    "app": app,
+    "test": lambda: suite("AGENTSTATE_TEST", 13, 14),
+    "bench": lambda: suite("AGENTSTATE_BENCH", 11, 12),
+}[sys.argv[1]]()
 seen = set()
 for variable, url in urls:
     for one in url.split(";"):  # a broker URL may list fail-over brokers
@@ -106,6 +129,10 @@ ensure_postgres() {  # variable host port
     pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
     for _ in $(seq 1 100); do postgres_answers "$host" "$port" && return 0; sleep 0.1; done
   fi
+  if [ "$mode" = app ]; then
+    echo "PostgreSQL for $variable ($host:$port) is not answering: start it first" >&2
+    return 1
+  fi
   echo "PostgreSQL for $variable ($host:$port) is not answering: Postgres tests will fail" \
     "in CI" >&2
 }
@@ -114,9 +141,9 @@ failed=0
 while read -r kind variable host port credentials; do
   case "$kind" in
     redis) ensure_redis "$variable" "$host" "$port" "$credentials" || failed=1 ;;
-    postgres) ensure_postgres "$variable" "$host" "$port" ;;
+    postgres) ensure_postgres "$variable" "$host" "$port" || failed=1 ;;
     bad) echo "$variable is not a valid URL (run agentstate to see why)" >&2; failed=1 ;;
   esac
 done < <(services)
-[ "$failed" = 0 ] && echo "services: redis and postgres checked"
+[ "$failed" = 0 ] && echo "services ($mode): redis and postgres checked"
 exit "$failed"

@@ -27,7 +27,8 @@ class Observer(Protocol):
         broker gave a lost worker's phase to another worker)."""
 
     def turn_ended(self, outcome: str) -> None:
-        """A turn ended outside its phase task's commit (its worker's watchdog)."""
+        """A turn ended outside its phase task's commit (its worker's watchdog; a cancel,
+        in whichever process called ``cancel_turn``)."""
 
     def swept(self, counts: Mapping[str, int], recovered: int) -> None:
         """A recovery sweep ran: what it found and did (``SweepReport``), of which

@@ -80,11 +80,20 @@ def resolve(spec: str) -> str:
     return "\n".join(line for line in chosen if "--8<-- [" not in line) + "\n"
 
 
+# What docs/hooks/reference.py writes from the code (usage lines, signatures): not prose.
+GENERATED = re.compile(r"^<!-- reference:(\w+) -->$.*?^<!-- /reference:\1 -->$", re.M | re.S)
+
+
+def written(path: Path) -> str:
+    """The page as its author wrote it: without the reference blocks generated from code."""
+    return GENERATED.sub("", path.read_text(encoding="utf-8"))
+
+
 @cache
 def blocks() -> tuple[Block, ...]:
     found = []
     for path in PAGES:
-        for match in BLOCK.finditer(path.read_text(encoding="utf-8")):
+        for match in BLOCK.finditer(written(path)):
             raw = match.group(1)
             includes = tuple(INCLUDE.findall(raw))
             code = INCLUDE.sub(lambda m: resolve(m.group(1)).rstrip("\n"), raw)

@@ -12,6 +12,7 @@ import redis
 from sqlalchemy import create_engine, text
 
 from config import Settings, child_environment
+from config.urls import normalise_database_url
 from tasks.worker import processes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,8 +38,8 @@ def per_worker_redis(url: str) -> str:
 
 
 TEST_DB = per_worker(os.environ.get("AGENTSTATE_TEST_DB_NAME", "agentstate_test"))
-PG_SERVER = os.environ.get(
-    "AGENTSTATE_TEST_PG_SERVER", "postgresql+psycopg2://postgres@127.0.0.1:5432"
+PG_SERVER = normalise_database_url(
+    os.environ.get("AGENTSTATE_TEST_PG_SERVER", "postgresql+psycopg2://postgres@127.0.0.1:5432")
 )
 PG_URL = f"{PG_SERVER}/{TEST_DB}"
 REDIS_URL = per_worker_redis(

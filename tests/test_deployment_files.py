@@ -914,6 +914,66 @@ def test_dockerfile_copies_what_the_build_needs() -> None:
     assert copied["pyproject.toml"] < min(copied[p.rstrip("*").rstrip(".")] for p in packages)
 
 
+def test_the_image_carries_the_apps_own_package(tmp_path: Path) -> None:
+    """Getting started says: put your agent's package in the build context's app/ folder.
+    The Dockerfile copies that folder onto the image's PYTHONPATH, after the install (a
+    change to it rebuilds that layer only); a package laid out as app/README.md says,
+    placed as the Dockerfile places it, is then the agent of a process started anywhere."""
+    instructions = dockerfile_instructions()
+    copies = [
+        (index, [w for w in shlex.split(args) if not w.startswith("--")])
+        for index, (keyword, args) in enumerate(instructions)
+        if keyword == "COPY"
+    ]
+    (index, words), *more = [(i, w) for i, w in copies if w[0].rstrip("/") == "app"]
+    assert not more
+    destination = words[-1].rstrip("/")
+    assert (ROOT / "app" / "README.md").is_file() and not dockerignored("app")
+    environment = " ".join(args for keyword, args in instructions[index:] if keyword == "ENV")
+    path = re.search(r"\bPYTHONPATH=(\S+)", environment)
+    assert path is not None and destination in path.group(1).split(":")
+    installs = [
+        i
+        for i, (keyword, args) in enumerate(instructions)
+        if keyword == "RUN" and "pip install" in args
+    ]
+    assert index > max(installs)
+    started = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    assert "`app/`" in started.split("## 6.", 1)[1]
+
+    image_app = tmp_path / destination.lstrip("/")
+    shutil.copytree(ROOT / "app", image_app)
+    package = image_app / "myapp"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    shutil.copy(ROOT / "examples" / "shout_agent.py", package / "agent.py")
+    elsewhere = tmp_path / "workdir"
+    elsewhere.mkdir()
+    probe = (
+        "from state.agent import load_agent; agent = load_agent('myapp.agent'); "
+        "print(agent.name, sorted(h for h, f in agent.handlers.items() if f))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=elsewhere,
+        env={**os.environ, "PYTHONPATH": path.group(1).replace(destination, str(image_app))},
+        capture_output=True,
+        text=True,
+        timeout=HELP_TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("myapp.agent [")
+
+
+def test_the_docs_say_compose_v2() -> None:
+    # docker-compose 1.29 refuses the file (no `version:` line): say so where it is used.
+    for page in ("docs/getting-started.md", "docs/operations/deployment.md"):
+        text = " ".join((ROOT / page).read_text(encoding="utf-8").split())
+        assert "Compose v2" in text and "`docker-compose` 1.x" in text, page
+    assert "version" not in compose()
+
+
 # -- pinned images and dependencies ------------------------------------------------------
 
 
@@ -1085,11 +1145,15 @@ def test_workers_have_time_limits_above_the_phase_deadlines(
 # -- scripts/ensure-services.sh ------------------------------------------------------------
 
 
-def run_ensure_services(**variables: str) -> subprocess.CompletedProcess[str]:
+def run_ensure_services(
+    mode: str, path: Path | None = None, **variables: str
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTSTATE_")}
     env.update(variables)
+    if path is not None:
+        env["PATH"] = f"{path}{os.pathsep}{env['PATH']}"
     return subprocess.run(
-        ["bash", str(ROOT / "scripts" / "ensure-services.sh")],
+        ["bash", str(ROOT / "scripts" / "ensure-services.sh"), mode],
         env=env,
         capture_output=True,
         text=True,
@@ -1100,20 +1164,27 @@ def run_ensure_services(**variables: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def local_services() -> dict[str, str]:
-    """The test suite's own services (which make test needs): they must answer."""
+    """The test suite's own services, named both as the app's and as the suite's: they
+    must answer."""
     from tests.support import BROKER_URL, PG_SERVER, REDIS_URL, postgres_ok, redis_ok, unavailable
 
     if not (redis_ok(REDIS_URL) and postgres_ok()):
         unavailable("Redis and PostgreSQL on 127.0.0.1")
     return {
+        "AGENTSTATE_REDIS_URL": REDIS_URL,
+        "AGENTSTATE_BROKER_URL": BROKER_URL,
+        "AGENTSTATE_DATABASE_URL": f"{PG_SERVER}/app",
         "AGENTSTATE_TEST_REDIS_URL": REDIS_URL,
         "AGENTSTATE_TEST_BROKER_URL": BROKER_URL,
         "AGENTSTATE_TEST_PG_SERVER": PG_SERVER,
     }
 
 
-def test_ensure_services_passes_when_everything_answers(local_services: dict[str, str]) -> None:
-    result = run_ensure_services(**local_services)
+@pytest.mark.parametrize("mode", ["app", "test"])
+def test_ensure_services_passes_when_everything_answers(
+    local_services: dict[str, str], mode: str
+) -> None:
+    result = run_ensure_services(mode, **local_services)
     assert result.returncode == 0, result.stderr
     assert "starting" not in result.stdout
 
@@ -1128,7 +1199,7 @@ def test_ensure_services_starts_a_local_redis_that_is_not_answering(
     port = free_port()
     try:
         result = run_ensure_services(
-            **local_services, AGENTSTATE_REDIS_URL=f"redis://127.0.0.1:{port}/0"
+            "app", **{**local_services, "AGENTSTATE_REDIS_URL": f"redis://127.0.0.1:{port}/0"}
         )
         assert result.returncode == 0, result.stderr
         assert f"starting redis-server on 127.0.0.1:{port}" in result.stdout
@@ -1138,16 +1209,94 @@ def test_ensure_services_starts_a_local_redis_that_is_not_answering(
             redis_py.Redis(port=port).shutdown(nosave=True)
 
 
+@pytest.fixture
+def recorder(tmp_path: Path) -> tuple[Path, Path]:
+    """A folder whose ``redis-server`` and ``pg_ctlcluster`` write their arguments to a log
+    (the Redis one then starts the real server, so a started service answers)."""
+    folder, log = tmp_path / "bin", tmp_path / "calls.log"
+    folder.mkdir()
+    real_redis = shutil.which("redis-server")
+    for name, then in (
+        ("redis-server", real_redis and f'exec {real_redis} "$@"'),
+        ("pg_ctlcluster", None),
+    ):
+        script = folder / name
+        script.write_text(f'#!/bin/sh\necho "{name} $*" >> {log}\n{then or "exit 0"}\n')
+        script.chmod(0o755)
+    return folder, log
+
+
+def test_make_demo_checks_only_the_apps_own_services(
+    local_services: dict[str, str], recorder: tuple[Path, Path]
+) -> None:
+    """The app's URLs answer, the suite's point at local ports where nothing listens: the
+    demo's check starts nothing and names none of the suite's variables."""
+    from tasks.worker.processes import free_port
+
+    folder, log = recorder
+    dead_redis, dead_postgres = free_port(), free_port()
+    suite_elsewhere = {
+        "AGENTSTATE_TEST_REDIS_URL": f"redis://127.0.0.1:{dead_redis}/13",
+        "AGENTSTATE_TEST_BROKER_URL": f"redis://127.0.0.1:{dead_redis}/14",
+        "AGENTSTATE_TEST_PG_SERVER": f"postgresql+psycopg2://postgres@127.0.0.1:{dead_postgres}",
+    }
+    result = run_ensure_services("app", folder, **{**local_services, **suite_elsewhere})
+    assert result.returncode == 0, result.stderr
+    assert not log.exists(), log.read_text()
+    assert "AGENTSTATE_TEST" not in result.stdout + result.stderr
+    makefile = (ROOT / "Makefile").read_text()
+    demo = re.search(r"^demo:(.*)\n((?:\t.*\n)+)", makefile, re.M)
+    assert demo is not None and "services" not in demo.group(1)
+    assert "scripts/ensure-services.sh app" in demo.group(2)
+
+
+def test_make_test_still_starts_the_suites_services(
+    local_services: dict[str, str], recorder: tuple[Path, Path]
+) -> None:
+    import redis as redis_py
+
+    from tasks.worker.processes import free_port
+
+    folder, log = recorder
+    dead_redis = free_port()
+    suite = {
+        "AGENTSTATE_TEST_REDIS_URL": f"redis://127.0.0.1:{dead_redis}/13",
+        # Remote: looked at, not probed (a silent local one would be waited for).
+        "AGENTSTATE_TEST_PG_SERVER": "postgresql+psycopg2://postgres@db.example:5432",
+    }
+    try:
+        result = run_ensure_services("test", folder, **{**local_services, **suite})
+        assert result.returncode == 0, result.stderr
+        calls = log.read_text().splitlines()
+        assert f"starting redis-server on 127.0.0.1:{dead_redis}" in result.stdout
+        assert (
+            [c for c in calls if c.startswith("redis-server ")]
+            == [c for c in calls if f"--port {dead_redis} " in c]
+            != []
+        )
+        assert "AGENTSTATE_TEST_PG_SERVER is on db.example: not managed here" in result.stdout
+        assert redis_py.Redis(port=dead_redis).ping()
+        assert re.search(r"^services:\n\t@scripts/ensure-services\.sh test$", makefile_text(), re.M)
+    finally:
+        with contextlib.suppress(redis_py.RedisError):
+            redis_py.Redis(port=dead_redis).shutdown(nosave=True)
+
+
+def makefile_text() -> str:
+    return (ROOT / "Makefile").read_text()
+
+
 def test_ensure_services_leaves_remote_services_alone_and_hides_passwords(
     local_services: dict[str, str], tmp_path: Path
 ) -> None:
     url_file = tmp_path / "database_url"
     url_file.write_text("postgresql+psycopg2://agent:Zq7Db%23pw@db.example:5432/app\n")
-    result = run_ensure_services(
+    app = {
         **local_services,
-        AGENTSTATE_REDIS_URL="redis://agent:Zq7Cache%2Fpw@cache.example:6379/0",
-        AGENTSTATE_DATABASE_URL_FILE=str(url_file),
-    )
+        "AGENTSTATE_REDIS_URL": "redis://agent:Zq7Cache%2Fpw@cache.example:6379/0",
+    }
+    del app["AGENTSTATE_DATABASE_URL"], app["AGENTSTATE_BROKER_URL"]
+    result = run_ensure_services("app", **app, AGENTSTATE_DATABASE_URL_FILE=str(url_file))
     assert result.returncode == 0, result.stderr
     assert "AGENTSTATE_REDIS_URL is on cache.example: not managed here" in result.stdout
     assert "AGENTSTATE_DATABASE_URL is on db.example: not managed here" in result.stdout
@@ -1167,7 +1316,7 @@ def test_ensure_services_refuses_what_it_cannot_start_without_showing_passwords(
     from tasks.worker.processes import free_port
 
     result = run_ensure_services(
-        **local_services, AGENTSTATE_REDIS_URL=url.format(port=free_port())
+        "app", **{**local_services, "AGENTSTATE_REDIS_URL": url.format(port=free_port())}
     )
     assert result.returncode == 1
     assert message in result.stderr

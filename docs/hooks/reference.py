@@ -1,12 +1,16 @@
-"""MkDocs hook: the reference pages are written from the code at build time.
+"""The reference pages, written from the code: committed, and checked by the tests.
 
-A page says ``<!-- reference:NAME -->`` on a line of its own and the hook puts the generated
-Markdown there: ``cli`` (every command's ``--help``), ``settings`` (every Settings field:
-its variable, type, default and description), ``errors`` (every rooted error with its CLI
-exit and HTTP status), ``client`` (the public methods of both clients), ``fsm`` (the
-transition table) and ``http`` (the routes; the OpenAPI document is added to the site).
-Written from the parser, the Settings model, the error mappings and the table themselves,
-these pages cannot say something the code does not do.
+A page marks where generated Markdown goes with two lines, ``<!-- reference:NAME -->`` and
+``<!-- /reference:NAME -->``; what is between them is written by ``python
+docs/hooks/reference.py`` (``make reference``) and committed, so the pages read the same in
+the repository as on the site. The names: ``cli`` (every command's ``--help``),
+``settings`` (every Settings field: its variable, type, default and description),
+``errors`` (every rooted error with its CLI exit and HTTP status), ``client`` (the public
+methods of both clients), ``fsm`` (the transition table) and ``http`` (the routes; the
+OpenAPI document is added to the site). Written from the parser, the Settings model, the
+error mappings and the table themselves, these pages cannot say something the code does
+not do: ``tests/unit/test_docs.py`` fails when a committed page is not what the code
+writes, and the MkDocs build (this module is its hook) writes the site from the code too.
 """
 
 from __future__ import annotations
@@ -25,22 +29,43 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-PLACEHOLDER = re.compile(r"^<!-- reference:(\w+) -->$", re.M)
+DOCS = ROOT / "docs"
+BLOCK = re.compile(
+    r"^(?P<start><!-- reference:(?P<name>\w+) -->\n)(?P<body>.*?)"
+    r"(?P<end>^<!-- /reference:(?P=name) -->)$",
+    re.M | re.S,
+)
+START = re.compile(r"^<!-- reference:\w+ -->$", re.M)
+
+
+def fill(markdown: str, where: str = "a page") -> str:
+    """``markdown`` with every reference block holding what the code writes now (an
+    unknown name, or a start line without its end line, fails)."""
+
+    def generate(match: re.Match[str]) -> str:
+        name = match.group("name")
+        if name not in GENERATORS:
+            raise ValueError(f"{where}: unknown reference {name!r}")
+        body = GENERATORS[name]().rstrip("\n") + "\n"
+        return f"{match.group('start')}\n{body}\n{match.group('end')}"
+
+    if not START.search(markdown):
+        return markdown
+    _importable()
+    filled = BLOCK.sub(generate, markdown)
+    if len(START.findall(filled)) != len(BLOCK.findall(filled)):
+        raise ValueError(f"{where}: a <!-- reference:NAME --> line without its end line")
+    return filled
+
+
+def pages() -> list[Path]:
+    """The pages under docs/ that hold a reference block."""
+    return sorted(p for p in DOCS.rglob("*.md") if START.search(p.read_text("utf-8")))
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """Replace each placeholder with its generated Markdown (an unknown name fails)."""
-
-    def generate(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in GENERATORS:
-            raise ValueError(f"{page.file.src_uri}: unknown reference {name!r}")
-        return GENERATORS[name]()
-
-    if "<!-- reference:" not in markdown:
-        return markdown
-    _importable()
-    return PLACEHOLDER.sub(generate, markdown)
+    """The site is written from the code as well (whatever a working copy holds)."""
+    return fill(markdown, page.file.src_uri)
 
 
 def on_files(files: Any, config: Any) -> Any:
@@ -295,3 +320,17 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "fsm": fsm_reference,
     "http": http_reference,
 }
+
+
+def main() -> None:
+    """Write every reference block of the docs from the code (``make reference``)."""
+    for path in pages():
+        text = path.read_text("utf-8")
+        filled = fill(text, str(path.relative_to(ROOT)))
+        if filled != text:
+            path.write_text(filled, "utf-8")
+            print(f"wrote {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError
 
 from config import redact_url
+from config.urls import normalise_database_url
 from state.errors import ConfigurationError, ServiceUnavailableError
 from state.storage.forksafe import track_engine
 
@@ -60,6 +61,7 @@ def get_engine(
     At most ``pool_size + max_overflow`` connections (Postgres); its autocommit sibling
     may hold as many again.
     """
+    url = normalise_database_url(url)
     key = (url, _isolation, pool_size, max_overflow, os.getpid())
     engine = _engines.get(key)
     if engine is None:
@@ -122,10 +124,6 @@ def _create_engine(
     }
     if isolation:
         options["isolation_level"] = isolation
-    if parsed.drivername == "postgresql":
-        # A plain postgresql:// means SQLAlchemy's default driver, psycopg 3 since 2.1;
-        # the stores are written for (and ship) psycopg2.
-        parsed = parsed.set(drivername="postgresql+psycopg2")
     return create_engine(parsed, **options)
 
 

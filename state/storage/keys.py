@@ -70,6 +70,12 @@ def baseline_counter(name: str) -> str:
     return f"{PREFIX}:baseline:{name}"
 
 
+def unscraped_turns(outcome: str) -> str:
+    """Turns that ended with ``outcome`` (a cancel) in a process serving no metrics (the
+    CLI, an app), until a worker's or ``agentstate serve``'s metrics endpoint counts them."""
+    return f"{PREFIX}:metrics:turns:{outcome}"
+
+
 def workers_database(queue: str) -> str:
     """Which database the workers serving ``queue`` last started with (apps compare)."""
     return f"{PREFIX}:queue:{queue}:database"

@@ -8,6 +8,7 @@ import time
 
 from sqlalchemy.exc import DBAPIError
 
+from state import observe
 from state.approvals.rows import Decision
 from state.documents.codec import Document
 from state.errors import NotFoundError, StaleStateError
@@ -77,6 +78,8 @@ class TurnInterventions:
                 if not lost_conflict(exc):
                     raise
                 continue
+            # Counted where it committed: no phase task of this turn will report it.
+            observe.current.turn_ended("cancelled")
             return True
         raise StaleStateError(f"session {session_id}: the turn kept moving; cancel again")
 

@@ -101,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_handler(args: argparse.Namespace) -> Any:
     """Run the command with the current folder importable, as ``celery`` runs its
     commands: AGENTSTATE_AGENT and AGENTSTATE_ACTION_MODULES name modules there."""
+    get_settings()  # a bad AGENTSTATE_* value is refused by every command, even one not using it
     with cwd_in_path(), noting_a_new_database():
         return args.handler(args)
 
@@ -240,6 +241,12 @@ def cmd_db_upgrade(args: argparse.Namespace) -> None:
 
 def cmd_send(args: argparse.Namespace) -> int:
     """Send a message (and optionally wait for its reply; exit 1 if the turn failed)."""
+    from tasks.client.control import checked_message
+
+    # Refused before the client opens (and may create) the database.
+    checked_message(
+        get_settings(), args.session_id, args.text, args.user, None, strategy=args.multitask
+    )
     agent = client()
     send = partial(
         agent.send_message,

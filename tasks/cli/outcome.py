@@ -22,7 +22,10 @@ def report_turn(args: argparse.Namespace, agent: Any, watcher: Any, data: Docume
     if watcher.approval_id is not None:
         return _awaiting_approval(args, agent, watcher.approval_id, data)
     if watcher.reply_kind != FAILED_KIND:
-        emit(args, data, lambda: print(progress.printable(data["reply"])))
+        # In a terminal the reply streamed in on stderr: stdout then adds nothing. Piped,
+        # stdout carries the reply as ever.
+        shown = watcher.showed(data["reply"])
+        emit(args, data, lambda: None if shown else print(progress.printable(data["reply"])))
         return EXIT_OK
     doc = agent.get_session(args.session_id, history_limit=1) or {}
     error = (doc.get("metadata") or {}).get("last_error") or {}

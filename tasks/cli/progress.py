@@ -15,6 +15,7 @@ from state.errors import NotFoundError
 from state.events.stream import TokenMerge, TokenWaiter
 from state.machine import Phase
 from state.workflows.records import WorkflowProgress
+from tasks.cli.terminal import line_printer
 
 _POLL_S = 0.03
 _BAR_WIDTH = 30
@@ -70,6 +71,7 @@ class TurnWatcher:
         self.chunks = chunks
         self.merge = TokenMerge()
         self.streamed = False
+        self.streamed_text = ""  # every chunk of this message's reply shown so far
 
     def wait(self, timeout: float) -> tuple[str | None, list[str]]:
         """Block until the message is answered, or its turn waits for an approval (reply
@@ -137,6 +139,7 @@ class TurnWatcher:
                 )
                 self.out.flush()
                 self.streamed = True
+                self.streamed_text += chunk["data"]["text"]
 
     def _show(self, path: list[str]) -> None:
         if self.out is None or len(path) <= self.shown:
@@ -148,6 +151,12 @@ class TurnWatcher:
         self.out.write(prefix + " \u2192 ".join(new))
         self.out.flush()
         self.shown = len(path)
+
+    def showed(self, reply: str) -> bool:
+        """Whether ``reply`` has been shown whole, as it streamed, on the terminal that
+        stdout prints to as well (then printing it again there would show it twice)."""
+        terminal = self.out is not None and self.out.isatty() and sys.stdout.isatty()
+        return terminal and bool(reply) and self.streamed_text == reply
 
     def _finish(self) -> None:
         if self.out is not None and self.shown:
@@ -200,15 +209,22 @@ class WorkflowWatcher:
 
 
 def progress_line(progress: WorkflowProgress) -> str:
-    """``[#####-----] 12/40 done, 1 failed, 3 running``."""
+    """``[#####-----] 12/40 done, 1 failed, 3 running``.
+
+    The counts by status are read apart from the done count, a moment later or earlier:
+    what is still running or retrying is shown only up to the steps not done (none once
+    all are), so the line never says "3/3 done, 1 running"."""
     counts = progress.step_counts or {}
     total = progress.total_steps
     done = progress.done
     filled = int(_BAR_WIDTH * done / total) if total else _BAR_WIDTH
     bar = "#" * filled + "-" * (_BAR_WIDTH - filled)
-    extras = [
-        f"{counts[s]} {s}" for s in ("failed", "skipped", "running", "retrying") if counts.get(s)
-    ]
+    open_steps = 0 if progress.finished else max(total - done, 0)
+    shown = {s: counts.get(s, 0) for s in ("failed", "skipped")}
+    for status in ("running", "retrying"):
+        shown[status] = min(counts.get(status, 0), open_steps)
+        open_steps -= shown[status]
+    extras = [f"{n} {status}" for status, n in shown.items() if n]
     return f"[{bar}] {done}/{total} done" + (", " + ", ".join(extras) if extras else "")
 
 
@@ -219,9 +235,10 @@ def print_table(
     items: Sequence[Document], columns: Sequence[str], out: TextIO | None = None
 ) -> None:
     """``items`` as aligned columns under a header row (the column names in capitals);
-    a missing value shows as ``-``, an object or list as compact JSON, cut at 60
-    characters; stored text made printable."""
-    show = partial(print, file=out or sys.stdout)
+    a missing value shows as ``-``, an object or list as compact JSON cut at 60
+    characters, an id whole (it is what the next command takes); stored text made
+    printable; in a terminal, each row cut to its width."""
+    show = line_printer(out)
     rows = [[_cell(item.get(column)) for column in columns] for item in items]
     header = [column.upper() for column in columns]
     widths = [max(map(len, cells)) for cells in zip(header, *rows, strict=True)]
@@ -232,8 +249,9 @@ def print_table(
 def _cell(value: object) -> str:
     if value is None or value == "":
         return "-"
-    text = json.dumps(value, default=str) if isinstance(value, dict | list) else str(value)
-    text = printable(text)
+    if not isinstance(value, dict | list):
+        return printable(str(value))
+    text = printable(json.dumps(value, default=str))
     return text if len(text) <= _CELL_CHARS else text[: _CELL_CHARS - 3] + "..."
 
 
@@ -258,8 +276,9 @@ def print_session(doc: Document, out: TextIO | None = None) -> None:
 
 
 def print_workflow(doc: Document, out: TextIO | None = None) -> None:
-    """A workflow as a table of steps (stored text made printable)."""
-    show = partial(print, file=out or sys.stdout)
+    """A workflow as a table of steps (stored text made printable; in a terminal, each
+    row cut to its width)."""
+    show = line_printer(out)
     show(
         printable(
             f"workflow {doc['workflow_id']}  status {doc['status']}  "
@@ -290,8 +309,8 @@ def event_line(event: Document) -> str:
 
 
 def print_revisions(found: list[Document], out: TextIO | None = None) -> None:
-    """A session's revisions as a table."""
-    show = partial(print, file=out or sys.stdout)
+    """A session's revisions as a table (in a terminal, each row cut to its width)."""
+    show = line_printer(out)
     show(f"  {'REV':>5}  {'AT':<32}  {'PHASE':<12}  TRIGGER")
     for item in found:
         show(

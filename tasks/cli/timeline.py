@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from state.ids import validate_id
@@ -19,6 +20,7 @@ from tasks.cli.support import (
     unknown,
     whole_number,
 )
+from tasks.cli.terminal import line_printer
 
 
 def add_timeline(session_sub: Any) -> None:
@@ -69,9 +71,13 @@ def cmd_session_events(args: argparse.Namespace) -> None:
     if args.json and not args.follow:
         print(json.dumps(list(found), indent=2, default=str))
         return
+    show = line_printer()  # an event's data is cut at the terminal's width, not wrapped
     for event in found:
-        line = json.dumps(event, default=str) if args.json else progress.event_line(event)
-        print(line, flush=True)
+        if args.json:
+            print(json.dumps(event, default=str))
+        else:
+            show(progress.event_line(event))
+        sys.stdout.flush()
 
 
 def cmd_session_history(args: argparse.Namespace) -> None:

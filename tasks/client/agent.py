@@ -44,7 +44,7 @@ from tasks.client.lifecycle import Lifecycle
 from tasks.client.reads import SessionReads, finished_workflow
 from tasks.client.timeline import Timeline
 from tasks.dispatch.dispatcher import CeleryDispatcher
-from tasks.observability import tracing
+from tasks.observability import metrics, tracing
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +87,7 @@ class AgentClient(ApprovalControl, Timeline, Lifecycle):
         )
         self.served_actions = ServedActions(self.backend.engine)
         self._database_checked = False
+        metrics.count_elsewhere(self.backend.redis)  # a cancel here reaches a scraped counter
         self.reads = SessionReads(self.sessions, self.inbox, self.feed)
 
     # -- conversations ---------------------------------------------------------

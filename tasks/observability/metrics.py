@@ -9,6 +9,10 @@ HTTP. Labels are bounded sets (phases, outcomes, statuses), never ids.
 Gauges of work that waits (queued messages, undecided approvals, steps held back for
 their fair share) are read from the database when scraped, at most every
 GAUGE_CACHE_S, by whoever serves the endpoint.
+
+A turn cancelled from a process that serves no metrics (the CLI, an app's client) is
+left in Redis (``MailboxObserver``): the next scrape of any worker or ``agentstate
+serve`` takes it with GETDEL and counts it there, so it is counted once, fleet-wide.
 """
 
 from __future__ import annotations
@@ -20,11 +24,15 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from typing import Any
+
+import redis
 
 from config import Settings
 from state import observe
 from state.gauges import Waiting, waiting
+from state.storage import keys
 
 __all__ = ["Metrics", "Waiting", "WaitingCollector", "active", "render", "serve_registry"]
 from state.machine import WORK_PHASES
@@ -140,6 +148,56 @@ class Metrics:
             self.recoveries.inc(recovered)
 
 
+class MailboxObserver(observe.NullObserver):
+    """The observer of a process that serves no metrics: a turn it ends (a cancel) is
+    left in Redis for a process that does (no I/O on any hot path: cancels only)."""
+
+    def __init__(self, redis_client: Any) -> None:
+        self.redis = redis_client
+
+    def turn_ended(self, outcome: str) -> None:
+        key = keys.unscraped_turns(outcome if outcome in TURN_OUTCOMES else "other")
+        try:
+            self.redis.incr(key)
+        except redis.RedisError as exc:  # a count is not worth failing a cancel for
+            logger.warning("metrics: could not leave a %s turn to be counted: %r", outcome, exc)
+
+
+def count_elsewhere(redis_client: Any) -> None:
+    """In a process that serves no metrics (the CLI, an app), have the turns it ends
+    counted by the next worker or ``agentstate serve`` scraped."""
+    if active() is None and isinstance(observe.current, observe.NullObserver):
+        observe.install(MailboxObserver(redis_client))
+
+
+class MailboxCollector:
+    """At each scrape, moves the turns other processes left in Redis into this
+    endpoint's counters (GETDEL: each is taken by one endpoint only)."""
+
+    def __init__(self, connect: Callable[[], Any], counting: Callable[[], Metrics | None]):
+        self._connect = connect
+        self._counting = counting
+        self._client: Any = None
+
+    def collect(self) -> Iterator[Any]:
+        metrics = self._counting()
+        if metrics is None:
+            return iter(())
+        try:
+            self._client = self._client or self._connect()
+            pipe = self._client.pipeline(transaction=False)
+            for outcome in (*TURN_OUTCOMES, "other"):
+                pipe.getdel(keys.unscraped_turns(outcome))
+            taken = pipe.execute()
+        except redis.RedisError as exc:  # a scrape must answer even if Redis does not
+            logger.warning("metrics: could not take the turns left to count: %r", exc)
+            return iter(())
+        for outcome, count in zip((*TURN_OUTCOMES, "other"), taken, strict=True):
+            if count:
+                metrics.turns.labels(outcome=outcome).inc(int(count))
+        return iter(())
+
+
 class WaitingCollector:
     """Gauges of work that waits, read from the database when scraped (cached briefly so
     that several scrapers cost one read)."""
@@ -234,6 +292,11 @@ def start_worker_endpoint(settings: Settings) -> str | None:
     path = tempfile.mkdtemp(prefix="agentstate-metrics-", dir=shm)
     os.environ[MULTIPROC_VARIABLE] = path  # for this process's children (prometheus' own)
     registry = CollectorRegistry()
+    # Its own counters (files in the directory, summed with the children's) hold what it
+    # takes from Redis at a scrape, before the sum is read.
+    own = _start_counting()
+    connect = partial(redis.Redis.from_url, settings.redis_url, socket_timeout=2.0)
+    registry.register(MailboxCollector(connect, lambda: own))
     MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
     registry.register(WaitingCollector(_database_reader(settings)))
     start_http_server(settings.metrics_port, addr=settings.metrics_addr, registry=registry)
@@ -263,12 +326,15 @@ def _database_reader(settings: Settings) -> Callable[[], Waiting]:
     return read
 
 
-def serve_registry(read: Callable[[], Waiting]) -> Any:
+def serve_registry(read: Callable[[], Waiting], redis_client: Any = None) -> Any:
     """The registry ``agentstate serve`` renders at ``/metrics``: its own process's
-    counters and the gauges of waiting work."""
+    counters (with the turns other processes left in ``redis_client`` to count) and the
+    gauges of waiting work."""
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry()
+    if redis_client is not None:
+        registry.register(MailboxCollector(lambda: redis_client, active))
     registry.register(WaitingCollector(read))
     if _active is None or _active[0] != os.getpid() or _active[1] is None:
         _start_counting(registry)

@@ -31,11 +31,13 @@ from tasks.server.auth import KeyTable, caller
 from tasks.server.backend import open_client
 from tasks.server.guards import BodyLimit, SecurityHeaders, TimeLimit
 from tasks.server.models import ErrorOut
+from tasks.server.queries import known_query_parameters
 from tasks.server.routes import approvals, health, sessions, users, workflows
 from tasks.server.sse import StreamSlots
 
 CONSOLE = Path(__file__).resolve().parent / "console"
 KEY = Depends(caller)
+QUERY = Depends(known_query_parameters)
 
 # Every /v1 route may answer these (the OpenAPI document lists them per route).
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -91,12 +93,12 @@ def create_app(settings: Settings | None = None, client: AsyncAgentClient | None
     app.state.client = client or open_client(settings)
     app.state.backend = Backend.build(settings)
     engine = app.state.backend.engine
-    app.state.metrics = serve_registry(lambda: waiting(engine))
+    app.state.metrics = serve_registry(lambda: waiting(engine), app.state.backend.redis)
     errors.install(app)
     app.include_router(health.router)
     for module in (sessions, workflows, approvals, users):
         # Every /v1 route needs a key, whether or not it asks who is calling.
-        app.include_router(module.router, responses=ERROR_RESPONSES, dependencies=[KEY])
+        app.include_router(module.router, responses=ERROR_RESPONSES, dependencies=[KEY, QUERY])
     _add_console(app)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)

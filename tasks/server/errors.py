@@ -117,6 +117,13 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors: list[Any] = list(exc.errors())
     first = errors[0] if errors else {}
+    if first.get("type") == "json_invalid":
+        # pydantic's words would be "0: JSON decode error": say what and where.
+        detail = (first.get("ctx") or {}).get("error", "not JSON")
+        position = first.get("loc", ("body", 0))[-1]
+        return error_response(
+            422, "bad_input", f"the body is not valid JSON ({detail} at character {position})"
+        )
     where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     message = f"{where or 'request'}: {first.get('msg', 'invalid')}{more}"

@@ -8,9 +8,11 @@ flight finish for up to GRACE_S seconds, and the command exits 0.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
 import signal
+import socket
 from types import FrameType
 
 import uvicorn
@@ -46,6 +48,31 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port``, before anything else starts: an address that cannot
+    be had (in use, not this machine's, not allowed) is refused in one line, as every
+    other start error is, instead of uvicorn's log lines after the banner."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except OSError as exc:
+        raise ConfigurationError(f"cannot listen on {host}: {exc.strerror or exc}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        why = (
+            "the port is in use (another agentstate serve? pick another --port)"
+            if exc.errno == errno.EADDRINUSE
+            else exc.strerror or str(exc)
+        )
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {why}") from None
+    return sock
+
+
 class _Server(uvicorn.Server):
     """uvicorn's server that also ends the open event streams when asked to stop."""
 
@@ -61,6 +88,7 @@ class _Server(uvicorn.Server):
 def serve(host: str, port: int, settings: Settings) -> None:
     """Serve until SIGINT or SIGTERM; return once stopped."""
     check_host(host, settings)
+    sock = listening_socket(host, port)
     app = create_app(settings)
     config = uvicorn.Config(
         app,
@@ -91,7 +119,8 @@ def serve(host: str, port: int, settings: Settings) -> None:
     handled = (signal.SIGINT, signal.SIGTERM)
     previous = {sig: signal.signal(sig, stop) for sig in handled}
     try:
-        server.run()
+        server.run(sockets=[sock])
     finally:
+        sock.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -245,7 +245,7 @@ def test_an_approval_granted_from_the_page_lets_the_turn_go_on(
     row.wait_for(state="detached")
     decided = client.get("/v1/approvals", params={"pending": "false"}).json()
     mine = next(a for a in decided if a["approval_id"] == approval["approval_id"])
-    assert mine["decision"] == "approved" and mine["by"] == "console"
+    assert mine["decision"] == "approved" and mine["by"] == "alice"  # the key's user
     page.goto(f"{api.url}/#/sessions/{session_id}")
     page.locator("#session-phase", has_text="idle").wait_for()
     reply = page.locator("#conversation .message.assistant .text").last.inner_text()

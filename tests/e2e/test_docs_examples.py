@@ -132,3 +132,27 @@ def test_every_http_program_in_the_docs_runs_against_agentstate_serve(
         result = _run(settings, [str(script)], tmp_path)
     assert result.returncode == 0, f"{block.page}: {block.first_line}\n{result.stderr}"
     assert "reply" in result.stdout
+
+
+def test_the_fastapi_example_serves_through_its_lifespan(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The async-client guide's FastAPI app, started and stopped as a server does (its
+    lifespan), takes a message; FastAPI's deprecated hooks would fail it (-W error)."""
+    (block,) = [b for b in BLOCKS if b.page.endswith("async-client.md") and "FastAPI(" in b.code]
+    session_id = uid("fastapi")
+    driver = f"""
+from fastapi.testclient import TestClient
+
+with TestClient(app) as http:
+    answer = http.post(
+        "/sessions/{session_id}/messages", json={{"text": "what is 6*7?", "user_id": "alice"}}
+    )
+    assert answer.status_code == 202, answer.text
+print("served", answer.json()["message_id"])
+"""
+    script = tmp_path / "fastapi_app.py"
+    script.write_text(block.code + driver)
+    result = _run(settings, ["-W", "error::DeprecationWarning", str(script)], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("served ")

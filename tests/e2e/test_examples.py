@@ -1,10 +1,12 @@
-"""The docs' examples (examples/shout_agent.py, examples/text_actions.py) run through a
-real worker that has ``examples/`` on its path; this process never imports them."""
+"""The docs' examples (examples/shout_agent.py, examples/text_actions.py,
+examples/refund_agent.py) run through a real worker that has ``examples/`` on its path;
+this process never imports them."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -125,3 +127,59 @@ def test_the_text_actions_count_post_retry_and_refuse(client: AgentClient, recei
     assert steps["refused"]["error"].endswith("refused the request: HTTP 400")
     assert steps["broken"]["status"] == "failed" and steps["broken"]["retry_count"] == 0
     assert steps["broken"]["error"] == "PermanentActionError: 'text' must be a string, not int"
+
+
+@pytest.fixture(scope="module")
+def refunds(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentClient]:
+    settings = make_settings(pg_url, queue=uid("q"), agent="refund_agent")
+    pool = Workers(settings, tmp_path_factory.mktemp("refunds"), count=1)
+    pool.env["PYTHONPATH"] = f"{EXAMPLES}:{pool.env['PYTHONPATH']}"  # as the docs say
+    pool.start()
+    yield AgentClient(make_settings(pg_url, queue=settings.queue))
+    pool.stop()
+
+
+def _asks(client: AgentClient, session_id: str, user: str, text: str) -> dict[str, Any]:
+    client.send_message(session_id, text, user_id=user)
+    deadline = time.monotonic() + 30
+    while not (pending := client.approvals(user_id=user)):
+        assert time.monotonic() < deadline, "no approval was asked for"
+        time.sleep(0.05)
+    assert client.get_session(session_id)["phase"] == "awaiting_approval"  # type: ignore[index]
+    (approval,) = pending
+    assert (approval["action"], approval["args"]) == ("refund", {"order": 42})
+    return approval
+
+
+def test_the_refund_agent_acts_in_executing_once_approved(refunds: AgentClient) -> None:
+    user, session_id = uid("u"), uid("s")
+    approval = _asks(refunds, session_id, user, "please refund order 42")
+    refunds.decide(approval["approval_id"], approve=True, by="ops")
+    doc = refunds.wait_for_idle(session_id, timeout=30)
+    assert doc["message_history"][-1]["content"] == "Refunded order 42."
+    # On at executing after the "yes": retrieving did not run in this turn.
+    path = doc["metadata"]["turn"]["path"]
+    assert path == [
+        "idle",
+        "understanding",
+        "planning",
+        "awaiting_approval",
+        "executing",
+        "evaluating",
+        "generating",
+        "idle",
+    ]
+    assert refunds.load_user_state(user)["refunds"] == {approval["approval_id"]: 42}
+
+
+def test_the_refund_agent_says_no_when_a_person_does(refunds: AgentClient) -> None:
+    user, session_id = uid("u"), uid("s")
+    approval = _asks(refunds, session_id, user, "Refund order 42 now")
+    refunds.decide(approval["approval_id"], approve=False, by="bob")
+    doc = refunds.wait_for_idle(session_id, timeout=30)
+    assert doc["message_history"][-1]["content"] == "I did not refund order 42 (bob said no)."
+    assert "executing" not in doc["metadata"]["turn"]["path"]
+    assert "refunds" not in refunds.load_user_state(user)
+    refunds.send_message(session_id, "hello", user_id=user)
+    doc = refunds.wait_for_idle(session_id, timeout=30)
+    assert doc["message_history"][-1]["content"] == "Ask me to refund an order: 'refund order 42'."

@@ -346,3 +346,69 @@ def test_serve_exposes_metrics_and_writes_json_logs(
     lines = [line for line in log.splitlines() if line.startswith("{")]
     assert lines, log
     assert all(json.loads(line)["level"] for line in lines)
+
+
+def _cancelled_mid_turn(client: AgentClient, cancel: Any) -> None:
+    """Start a turn that waits for a person's approval (it runs until decided, however
+    slow the cancel is to come), cancel it with ``cancel(session_id)``."""
+    session_id = uid("s")
+    client.send_message(session_id, "risky business", user_id=uid("u"))
+    deadline = time.monotonic() + 30
+    while (client.get_session(session_id) or {}).get("phase") != "awaiting_approval":
+        assert time.monotonic() < deadline, "the turn never asked for approval"
+        time.sleep(0.02)
+    cancel(session_id)
+    doc = client.wait_for_idle(session_id, timeout=30)
+    assert doc["message_history"][-1]["metadata"]["kind"] == "cancelled"
+
+
+def test_turns_cancelled_over_http_and_from_the_cli_are_counted(
+    client: AgentClient, obs_settings: Settings, tmp_path: Path
+) -> None:
+    """A cancel commits in the process that asks for it: the service counts its own; the
+    CLI's, which serves no metrics, is counted by the next endpoint scraped, once."""
+    import subprocess
+    import sys
+
+    from tests.api_support import serving
+
+    settings = obs_settings.model_copy(update={"otel": False})
+    with serving(settings, tmp_path, None) as api:
+
+        def served() -> float:
+            text = api.client().get("/metrics").text
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    cancelled = sample.labels == {"outcome": "cancelled"}
+                    if sample.name == "agentstate_turns_total" and cancelled:
+                        return sample.value
+            return 0.0
+
+        def cancelled() -> float:  # the fleet's count: the worker's endpoint and the service's
+            return value(scrape(obs_settings), "agentstate_turns_total", outcome="cancelled")
+
+        fleet_before, served_before = cancelled(), served()
+
+        def over_http(session_id: str) -> None:
+            answer = api.client().post(f"/v1/sessions/{session_id}/cancel")
+            assert answer.status_code == 200, answer.text
+
+        _cancelled_mid_turn(client, over_http)
+        assert served() - served_before == 1
+
+        def from_the_cli(session_id: str) -> None:
+            result = subprocess.run(
+                [sys.executable, "-m", "tasks.cli", "session", "cancel", session_id],
+                env=settings_env(settings),
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert result.returncode == 0, result.stderr
+
+        _cancelled_mid_turn(client, from_the_cli)
+        # Scraped once each, in either order: the CLI's cancel is counted by one of them.
+        total = cancelled() - fleet_before + served() - served_before
+        assert total == 2
+        assert cancelled() - fleet_before + served() - served_before == 2  # not twice

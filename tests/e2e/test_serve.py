@@ -57,6 +57,27 @@ def test_a_public_address_without_keys_is_refused_in_one_line(settings: Settings
         assert len(lines) == 1 and "AGENTSTATE_API_KEYS" in lines[0], result.stderr
 
 
+def test_a_port_in_use_is_refused_in_one_line(settings: Settings) -> None:
+    """As every other start error: one line, exit 2, no banner first; with --json the
+    error document on stdout."""
+    import json
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = cli("serve", "--port", port, env=settings_env(settings))
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr
+        assert f"cannot listen on 127.0.0.1:{port}: the port is in use" in lines[0]
+        as_json = cli("serve", "--port", port, "--json", env=settings_env(settings))
+    assert as_json.returncode == 2, as_json.stderr
+    error = json.loads(as_json.stdout)
+    assert error["kind"] == "bad_input" and "the port is in use" in error["error"]
+
+
 def test_bad_keys_are_refused_in_one_line_naming_the_variable(settings: Settings) -> None:
     env = {**settings_env(settings), "AGENTSTATE_API_KEYS": "secret-without-user"}
     result = cli("serve", "--port", str(free_port()), env=env)

@@ -322,6 +322,39 @@ def test_database_urls_without_passwords_stay_valid(
     assert get_settings().database_url == url
 
 
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [
+        (
+            "postgres://agent:Zq7%40pw@db:5432/app",
+            "postgresql+psycopg2://agent:Zq7%40pw@db:5432/app",
+        ),
+        (
+            "postgresql://agent@db/app?sslmode=require",
+            "postgresql+psycopg2://agent@db/app?sslmode=require",
+        ),
+        ("POSTGRES://agent@db/app", "postgresql+psycopg2://agent@db/app"),
+        ("postgresql+psycopg2://agent@db/app", "postgresql+psycopg2://agent@db/app"),
+    ],
+)
+@pytest.mark.parametrize("source", ["variable", "file"])
+def test_postgres_urls_are_read_in_the_driver_form(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, written: str, read: str, source: str
+) -> None:
+    # postgres:// is what hosted Postgres hands out; SQLAlchemy knows only postgresql.
+    if source == "file":
+        (tmp_path / "db").write_text(written + "\n")
+        clean_env.setenv("AGENTSTATE_DATABASE_URL_FILE", str(tmp_path / "db"))
+    else:
+        clean_env.setenv("AGENTSTATE_DATABASE_URL", written)
+    assert get_settings().database_url == read
+    from state.storage.async_db import async_url
+    from state.storage.db import get_engine
+
+    assert get_engine(written).url.drivername == "postgresql+psycopg2"  # never connected
+    assert async_url(written).startswith("postgresql+psycopg_async://")
+
+
 def test_percent_escaped_passwords_reach_every_client_intact(clean_env: pytest.MonkeyPatch) -> None:
     from kombu.utils.url import parse_url
     from redis.connection import parse_url as redis_parse_url

@@ -24,6 +24,7 @@ from tests.docs_blocks import (
     blocks,
     complete_blocks,
     undefined_names,
+    written,
 )
 
 
@@ -65,7 +66,11 @@ def test_the_examples_are_included_from_their_files_and_the_readme_quotes_the_qu
         "examples/text_actions.py",
         "examples/follow_events.py",
         "examples/time_travel.py",
+        "examples/refund_agent.py",
     }
+    # The approval pattern comes first in the approvals guide, before the reference.
+    approvals = (REPO / "docs/guides/approvals.md").read_text()
+    assert approvals.index("examples/refund_agent.py") < approvals.index("## Asking and deciding")
     # GitHub shows the README without includes: its quick start is the file's, verbatim.
     (quickstart,) = [b for b in blocks() if b.page == "README.md"]
     body = (REPO / "examples/quickstart.py").read_text().split('"""', 2)[2]
@@ -106,6 +111,37 @@ def test_the_reference_pages_cover_every_command_error_and_route() -> None:
     assert "### `send_message`" in client and "async def send_message" in client
 
 
+def test_the_committed_reference_pages_are_what_the_code_writes() -> None:
+    # Read in the repository (GitHub, an editor) as on the site: a page the code no longer
+    # matches is stale. `make reference` rewrites them.
+    hook = _hook()
+    pages = {path.relative_to(REPO).as_posix() for path in hook.pages()}
+    assert pages >= {
+        "docs/reference/settings.md",
+        "docs/reference/cli.md",
+        "docs/reference/errors.md",
+        "docs/reference/client.md",
+        "docs/reference/http.md",
+    }
+    for name in sorted(pages):
+        text = (REPO / name).read_text()
+        assert hook.fill(text, name) == text, f"{name} is stale: run `make reference`"
+    settings_page = (REPO / "docs/reference/settings.md").read_text()
+    for variable in ("AGENTSTATE_REDIS_URL", "AGENTSTATE_DATABASE_URL"):
+        assert f"| `{variable}` | text |" in settings_page
+
+
+def test_the_first_steps_name_the_two_urls() -> None:
+    # A newcomer's services are rarely the defaults: the first step says where to point.
+    readme = (REPO / "README.md").read_text()
+    install = readme.split("## Install", 1)[1].split("\n## ", 1)[0]
+    first_step = (REPO / "docs/getting-started.md").read_text().split("## 2.", 1)[0]
+    for text in (install, first_step):
+        for variable in ("AGENTSTATE_REDIS_URL", "AGENTSTATE_DATABASE_URL"):
+            assert f"export {variable}=" in text, variable
+        assert "reference/settings.md" in text
+
+
 def test_every_link_of_the_readme_reaches_a_file() -> None:
     # The README is not part of the site, so the strict build does not check its links.
     readme = (REPO / "README.md").read_text()
@@ -121,7 +157,7 @@ def _command_lines() -> list[tuple[str, list[str]]]:
     of their shell blocks, and their inline code (a placeholder N or S stands for 1)."""
     found = []
     for page in PAGES:
-        text = page.read_text()
+        text = written(page)
         lines = [
             line.strip().removeprefix("$ ")
             for block in re.findall(r"```(?:sh|bash|console)\n(.*?)```", text, re.S)

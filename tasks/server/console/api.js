@@ -48,8 +48,9 @@ export function query(params) {
 }
 
 // Server-Sent Events over fetch (EventSource cannot send the Authorization header).
-// Reconnects after each stream ends, resuming with Last-Event-ID; stop() ends it.
-export function follow(sessionId, onEvent, onError) {
+// Reconnects after each stream ends, resuming with Last-Event-ID; stop() ends it. With
+// tokens, the reply's chunks come too, as they are produced (seq null, no id).
+export function follow(sessionId, onEvent, onError, { tokens = false } = {}) {
   let lastId = null;
   let stopped = false;
   let controller = null;
@@ -57,7 +58,8 @@ export function follow(sessionId, onEvent, onError) {
   async function once() {
     controller = new AbortController();
     const extra = lastId === null ? {} : { "Last-Event-ID": lastId };
-    const response = await fetch(`/v1/sessions/${encodeURIComponent(sessionId)}/events`, {
+    const path = `/v1/sessions/${encodeURIComponent(sessionId)}/events${tokens ? "?tokens=true" : ""}`;
+    const response = await fetch(path, {
       headers: headers(extra),
       signal: controller.signal,
     });

@@ -17,6 +17,12 @@ const ROUTES = {
 
 let machine = null;
 let open = null;
+let me = Promise.resolve(null);
+
+// Whom the key stands for ({user_id, operator}, from GET /v1/me; null without a valid key).
+export function caller() {
+  return me;
+}
 
 export async function stateMachine() {
   if (machine === null) machine = await get("/v1/fsm");
@@ -66,7 +72,8 @@ document.getElementById("key-form").addEventListener("submit", async (event) => 
   setKey(input.value.trim());
   input.value = "";
   machine = null;
-  await whoami();
+  me = whoami();
+  await me;
   await route();
 });
 
@@ -74,5 +81,5 @@ window.addEventListener("hashchange", route);
 document.getElementById("api-key").placeholder = getKey()
   ? "a key is set for this tab"
   : "paste a key (kept for this tab only)";
-whoami();
+me = whoami();
 route();

@@ -55,6 +55,37 @@ export function layout(steps) {
   };
 }
 
+// Step ids in dependency order: every step after each step it depends on, the steps that
+// become ready together sorted by id, so that the order is the same at every refresh.
+export function topological(steps) {
+  const ids = Object.keys(steps);
+  const unmet = new Map();
+  const dependents = new Map();
+  for (const id of ids) {
+    const deps = (steps[id].dependencies || []).filter((d) => d in steps);
+    unmet.set(id, deps.length);
+    for (const dep of deps) {
+      if (!dependents.has(dep)) dependents.set(dep, []);
+      dependents.get(dep).push(id);
+    }
+  }
+  const order = [];
+  let ready = ids.filter((id) => unmet.get(id) === 0).sort();
+  while (ready.length) {
+    order.push(...ready);
+    const next = [];
+    for (const id of ready) {
+      for (const child of dependents.get(id) || []) {
+        unmet.set(child, unmet.get(child) - 1);
+        if (unmet.get(child) === 0) next.push(child);
+      }
+    }
+    ready = next.sort();
+  }
+  const placed = new Set(order);
+  return order.concat(ids.filter((id) => !placed.has(id)).sort()); // a cycle: refused at start
+}
+
 export function statusOf(step) {
   return step.awaiting_approval ? "awaiting_approval" : step.status;
 }

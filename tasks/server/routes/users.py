@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 from tasks.server.auth import require_operator
 from tasks.server.context import Client, UserId, Who
-from tasks.server.models import CallerOut, Erased
+from tasks.server.models import CallerOut, Erased, ErrorOut
 
 router = APIRouter(prefix="/v1", tags=["users"])
 
@@ -19,6 +19,7 @@ async def me(*, who: Who) -> CallerOut:
 @router.delete(
     "/users/{user_id}",
     summary="Erase a user (operator key only)",
+    responses={403: {"model": ErrorOut, "description": "a user's key: only an operator erases"}},
     description="Answers what `AgentClient.erase_user` returns: rows deleted per kind. "
     "Deletes the user's sessions and their forks, history, inbox, events, "
     "revisions, approvals, workflows and steps, the user's state, and every Redis key "

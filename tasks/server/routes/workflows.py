@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from state.errors import NotFoundError
+from state.errors import BadInputError, NotFoundError
 from state.workflow import WorkflowStatus
 from tasks.server.context import Client, Who, WorkflowId, listing_user
 from tasks.server.models import (
@@ -32,7 +32,8 @@ def unknown_workflow(workflow_id: str) -> NotFoundError:
     summary="Start a workflow",
     description="Validates the whole spec (nothing is stored if it is bad), stores it and "
     "starts its ready steps. A user's key starts it as that user (its `session_id`, if any, "
-    "must be that user's); an operator may name the owner with `user_id`. A `workflow_id` "
+    "must be that user's; a `user_id` naming anyone else answers 400); an operator may name "
+    "the owner with `user_id`. A `workflow_id` "
     "that exists with the same spec returns that id and re-runs nothing; with another "
     "spec it answers 409.",
 )
@@ -43,6 +44,12 @@ async def start_workflow(
     client: Client,
     user_id: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
 ) -> WorkflowAccepted:
+    if not who.operator and user_id not in (None, who.user_id):
+        # Silently starting it as the key's user would hide the caller's mistake.
+        raise BadInputError(
+            "user_id: a user's key starts workflows as its own user; only an operator key "
+            "may name another owner (nothing was started)"
+        )
     owner = user_id if who.operator else who.user_id
     document = spec.model_dump(exclude_unset=True)
     workflow_id = await client.start_workflow(document, user_id=owner)

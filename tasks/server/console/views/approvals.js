@@ -1,13 +1,22 @@
 // Approvals waiting for a person, with buttons to approve or reject each.
 
 import { get, post } from "../api.js";
-import { failure } from "../app.js";
+import { caller, failure } from "../app.js";
 import { h, say, when } from "../dom.js";
 
 const BY = "agentstate.by";
 
+// Who decides: a user's key decides as its own user (the service refuses any other
+// name); the operator names whom it decides for (kept for this tab).
+async function decider() {
+  const me = await caller();
+  if (me && !me.operator) return { by: me.user_id, fixed: true };
+  return { by: sessionStorage.getItem(BY) || "console", fixed: false };
+}
+
 export async function render(main) {
-  const by = h("input", { id: "decide-as", name: "by", value: sessionStorage.getItem(BY) || "console", onchange: (e) => sessionStorage.setItem(BY, e.target.value) });
+  const who = await decider();
+  const by = h("input", { id: "decide-as", name: "by", value: who.by, readonly: who.fixed, onchange: (e) => sessionStorage.setItem(BY, e.target.value) });
   const list = h("div", { id: "approval-list" });
   main.append(
     h("h2", {}, "Pending approvals"),
@@ -38,7 +47,7 @@ export async function render(main) {
 
 export function decisionButtons(approval, after) {
   const decide = (approve) => async () => {
-    const by = sessionStorage.getItem(BY) || "console";
+    const { by } = await decider();
     try {
       await post(`/v1/approvals/${encodeURIComponent(approval.approval_id)}`, { approve, by });
       say(`${approve ? "Approved" : "Rejected"} ${approval.action}.`);

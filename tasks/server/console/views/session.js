@@ -1,6 +1,7 @@
 // One session: its conversation, each turn's path through the state machine under the
-// reply it led to, the approval it waits for (with its buttons), a box to send the next
-// message, all kept current by the session's event stream.
+// reply it led to, the reply of the running turn as it streams in (token chunks), the
+// approval it waits for (with its buttons), a button to cancel the running turn, a box to
+// send the next message, all kept current by the session's event stream.
 
 import { follow, get, post } from "../api.js";
 import { failure } from "../app.js";
@@ -9,6 +10,7 @@ import { TurnPaths } from "../paths.js";
 import { decisionButtons } from "./approvals.js";
 
 const HISTORY = 200;
+const RESTING = ["idle", "clarifying"];
 
 export async function render(main, sessionId, context) {
   const paths = new TurnPaths(await context.machine());
@@ -16,12 +18,26 @@ export async function render(main, sessionId, context) {
   const heading = h("h2", {}, `Session ${sessionId}`);
   const facts = h("p", { class: "facts", id: "session-facts" });
   const waiting = h("section", { id: "session-approval", "aria-label": "Approval" });
+  const cancel = h("button", { type: "button", id: "cancel-turn", class: "reject", onclick: cancelTurn, hidden: true }, "Cancel turn");
+  // The running turn's reply as its chunks come: message id -> {n, text} (chunks may come
+  // again after a reconnect: each is taken once, in order).
+  const streamed = new Map();
   const log = h("ol", { class: "conversation", id: "conversation", "aria-live": "polite", "aria-label": "Conversation" });
   const text = h("textarea", { id: "message-text", name: "text", rows: 2, required: true });
   const composer = h("form", { class: "composer", onsubmit: send },
     h("label", { for: "message-text" }, `Message as ${doc.user_id}`), text,
     h("button", { type: "submit" }, "Send"));
-  main.append(heading, facts, waiting, log, composer);
+  main.append(heading, facts, cancel, waiting, log, composer);
+
+  async function cancelTurn() {
+    try {
+      const answer = await post(`/v1/sessions/${encodeURIComponent(sessionId)}/cancel`);
+      say(answer.cancelled === false ? "No turn was running." : "Turn cancelled.");
+    } catch (error) {
+      say(failure(error));
+    }
+    await refresh();
+  }
 
   async function send(event) {
     event.preventDefault();
@@ -40,10 +56,33 @@ export async function render(main, sessionId, context) {
       "User ", h("strong", {}, doc.user_id), " · phase ",
       h("span", { class: `phase phase-${doc.phase}`, id: "session-phase" }, doc.phase),
       ` · revision ${doc.revision} · ${doc.queued} queued`);
+    cancel.hidden = RESTING.includes(doc.phase);
     log.replaceChildren(...doc.message_history.map(item));
     const open = [...paths.turns.values()].find((turn) => turn.outcome === "running");
     if (open && !doc.message_history.some((m) => m.metadata?.reply_to === open.id)) {
-      log.append(h("li", { class: "turn running" }, pathOf(open)));
+      log.append(live(open));
+    }
+  }
+
+  // The running turn: its path so far and, once chunks come, its reply as it grows.
+  function live(turn) {
+    const chunks = streamed.get(turn.id);
+    if (!chunks) return h("li", { class: "turn running" }, pathOf(turn));
+    return h("li", { class: "message assistant streaming", id: "live-reply", dataset: { message: turn.id } },
+      h("div", { class: "who" }, "assistant ", h("span", { class: "typing" }, "writing…")),
+      h("div", { class: "text" }, chunks.text),
+      pathOf(turn));
+  }
+
+  function chunk(data) {
+    const seen = streamed.get(data.message_id) || { n: 0, text: "" };
+    if (data.n !== seen.n + 1) return; // already shown (a resumed stream sends them again)
+    streamed.set(data.message_id, { n: data.n, text: seen.text + data.text });
+    const shown = document.getElementById("live-reply");
+    if (shown && shown.dataset.message === data.message_id) {
+      shown.querySelector(".text").textContent = streamed.get(data.message_id).text;
+    } else {
+      paint();
     }
   }
 
@@ -80,9 +119,13 @@ export async function render(main, sessionId, context) {
   paint();
   await refreshApproval();
   const stream = follow(sessionId, (event) => {
+    if (event.kind === "token") {
+      chunk(event.data);
+      return;
+    }
     paths.add(event);
     if (["message_accepted", "reply", "phase_committed", "approval_requested", "approval_decided", "turn_cancelled", "turn_failed"].includes(event.kind)) soon();
-  }, (error) => say(failure(error)));
+  }, (error) => say(failure(error)), { tokens: true });
   return stream;
 }
 

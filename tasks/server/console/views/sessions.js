@@ -41,8 +41,8 @@ export async function render(main, _id, context) {
 function table(items) {
   if (!items.length) return h("p", { class: "empty" }, "No session matches.");
   return h("table", { class: "list" },
-    h("caption", {}, "Sessions, newest first"),
-    h("thead", {}, h("tr", {}, ["Session", "User", "Phase", "Status", "Revision", "Updated"].map((t) => h("th", { scope: "col" }, t)))),
+    h("caption", {}, "Sessions, newest first (by when each was created)"),
+    h("thead", {}, h("tr", {}, ["Session", "User", "Phase", "Status", "Revision", "Created"].map((t) => h("th", { scope: "col" }, t)))),
     h("tbody", {}, items.map(rowOf)));
 }
 
@@ -53,5 +53,6 @@ function rowOf(item) {
     h("td", {}, h("span", { class: `phase phase-${item.phase}` }, item.phase)),
     h("td", {}, item.status),
     h("td", { class: "num" }, item.revision),
-    h("td", {}, when(item.updated_at)));
+    h("td", { title: item.updated_at ? `last change ${when(item.updated_at)}` : null },
+      h("time", { datetime: item.created_at || "" }, when(item.created_at))));
 }
