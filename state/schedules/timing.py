@@ -105,7 +105,9 @@ class Timing:
     def _previous(self, now: datetime) -> datetime:
         assert self.cron is not None
         tz = ZoneInfo(self.timezone)
-        walk = croniter(self.cron, now.astimezone(tz).replace(tzinfo=None, fold=0))
+        # A second past now: a tick exactly at now is due (the walk back is strict).
+        later = now + timedelta(seconds=1)
+        walk = croniter(self.cron, later.astimezone(tz).replace(tzinfo=None, fold=0))
         for _ in range(_MAX_STEPS):
             instant = place(walk.get_prev(datetime), tz)
             if instant <= now:
