@@ -12,6 +12,11 @@ each other) and, for each, in one transaction:
    a quota) makes the tick ``skipped`` with the reason, in a savepoint;
 3. writes ``schedule.fired`` to the outbox, and moves ``next_tick`` on.
 
+A tick late by less than AGENTSTATE_SCHEDULE_GRACE (a busy beat, a killed worker) is only
+late: it fires, and every tick after it that is due too, each its own row. Later than that,
+beat was down: ``catch_up="latest"`` fires the most recent tick once, ``"none"`` only the
+ticks still within the grace.
+
 Only after the commit are the turn kicked and the workflow's roots sent; a process killed
 in between leaves a queued message or unsent ready steps, which the recovery sweep sends.
 A process killed before the commit leaves the tick due, and the next look fires it. So the
@@ -24,7 +29,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine, false, select, update
@@ -53,6 +58,8 @@ from state.workflows.spec import SpecLimits, parse_spec
 logger = logging.getLogger(__name__)
 
 BATCH = 100
+# Ticks of one schedule fired by one look when it is behind (within the grace).
+MAX_TICKS_PER_LOOK = 100
 STILL_GOING = "the run of the tick before is still going"
 
 
@@ -85,10 +92,19 @@ class TickReport:
     fired: int = 0
     skipped: int = 0
     missed: int = 0
+    taken: int = 0  # schedules looked at
     # Seconds from each fired tick to its commit (how late beat fired it).
     delays: list[float] = field(default_factory=list)
     kicks: list[tuple[str, int | None]] = field(default_factory=list)
     started: list[tuple[WorkflowState, list[Dispatch]]] = field(default_factory=list)
+
+    def count(self, status: str, tick: datetime) -> None:
+        """One tick fired or skipped."""
+        if status == RunStatus.FIRED:
+            self.fired += 1
+            self.delays.append(max(0.0, (utcnow() - tick).total_seconds()))
+        else:
+            self.skipped += 1
 
     def as_dict(self) -> Document:
         """The counts, JSON-ready (a task's result)."""
@@ -115,6 +131,7 @@ class ScheduleClock:
                 .limit(batch)
                 .with_for_update(skip_locked=True)
             ).all()
+            report.taken = len(due)
             for row in due:
                 self._fire(conn, row._mapping, now, report)
         return report
@@ -133,7 +150,7 @@ class ScheduleClock:
             total.skipped += report.skipped
             total.missed += report.missed
             total.delays += report.delays
-            if report.fired + report.skipped + report.missed < BATCH:
+            if report.taken < BATCH:
                 return total
             if time.monotonic() > deadline:
                 return total
@@ -142,23 +159,41 @@ class ScheduleClock:
         self, conn: Connection, row: Mapping[Any, Any], now: datetime, report: TickReport
     ) -> None:
         timing = Timing(row["cron"], row["every_seconds"], row["timezone"])
-        tick = timing.latest_due(as_utc(row["next_tick"]), now)
-        following = timing.next_after(max(tick, now))
-        late_s = (now - tick).total_seconds()
-        if row["catch_up"] == CatchUp.NONE and late_s > self.rules.grace_s:
-            report.missed += 1
-        elif self._claim(conn, row, tick, now):
-            status = self._run(conn, row, tick, report)
-            if status == RunStatus.FIRED:
-                report.fired += 1
-                report.delays.append(max(0.0, (utcnow() - tick).total_seconds()))
-            else:
-                report.skipped += 1
+        tick: datetime | None = self._first(timing, row, as_utc(row["next_tick"]), now, report)
+        last = None
+        for _ in range(MAX_TICKS_PER_LOOK):
+            if tick is None or tick > now:
+                break
+            last = tick
+            if self._claim(conn, row, tick, now):
+                status = self._run(conn, row, tick, report)
+                report.count(status, tick)
+            tick = timing.next_after(tick)
+        following = tick if tick is not None and tick > now else timing.next_after(now)
         conn.execute(
             update(schedules)
             .where(schedules.c.schedule_id == row["schedule_id"])
-            .values(next_tick=following, last_tick=tick, updated_at=now)
+            .values(next_tick=following, **({"last_tick": last} if last else {}), updated_at=now)
         )
+
+    def _first(
+        self,
+        timing: Timing,
+        row: Mapping[Any, Any],
+        due: datetime,
+        now: datetime,
+        report: TickReport,
+    ) -> datetime | None:
+        """The first tick to fire now. A tick late by less than AGENTSTATE_SCHEDULE_GRACE
+        is merely late (beat was busy, a worker was killed): it fires, and so do those
+        after it. Later than that, beat was down: ``latest`` fires the most recent tick
+        once, ``none`` only those still within the grace (None: nothing to fire)."""
+        if (now - due).total_seconds() <= self.rules.grace_s:
+            return due
+        report.missed += 1
+        if row["catch_up"] == CatchUp.LATEST:
+            return timing.latest_due(due, now)
+        return timing.next_after(now - timedelta(seconds=self.rules.grace_s))
 
     @staticmethod
     def _claim(conn: Connection, row: Mapping[Any, Any], tick: datetime, now: datetime) -> bool:

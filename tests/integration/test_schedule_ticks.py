@@ -105,6 +105,17 @@ def test_catch_up_latest_fires_the_most_recent_missed_tick_once(client: AgentCli
     assert client.get_schedule(sid)["next_tick"] == "2026-12-04T11:05:00Z"  # type: ignore[index]
 
 
+def test_ticks_late_within_the_grace_all_fire(client: AgentClient) -> None:
+    user, sid = uid("u"), uid("sch")
+    client.create_schedule(
+        sid, every_seconds=10, user_id=user, session_id=uid("s"), text="x", overlap="enqueue"
+    )
+    due_now(client, sid, T0)
+    report = clock(client, grace_s=60.0).fire_due(T0 + timedelta(seconds=35))
+    assert (report.fired, report.missed) == (4, 0)
+    assert [r["tick"][-3:] for r in runs_of(client, sid)] == ["30Z", "20Z", "10Z", "00Z"]
+
+
 def test_catch_up_none_lets_missed_ticks_go(client: AgentClient) -> None:
     user, sid = uid("u"), uid("sch")
     client.create_schedule(
