@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -178,5 +179,5 @@ def assert_contiguous(runs: list[dict[str, Any]]) -> None:
     """Fired, newest first, one per tick, none missing between the first and the last."""
     assert runs and all(r["status"] == "fired" for r in runs), runs
     ticks = [datetime.fromisoformat(r["tick"].replace("Z", "+00:00")) for r in runs]
-    gaps = {(a - b).total_seconds() for a, b in zip(ticks, ticks[1:], strict=False)}
+    gaps = {(a - b).total_seconds() for a, b in pairwise(ticks)}
     assert gaps == {float(EVERY_S)}, [r["tick"] for r in runs]

@@ -13,6 +13,7 @@ from sqlalchemy import delete, func, select, update
 
 from config import Settings
 from state.errors import BadInputError, NotFoundError, SessionOwnershipError
+from state.lifecycle.retention import prune_all
 from state.schedules.ticks import STILL_GOING, ScheduleClock, TickRules
 from state.storage.db import read_connection
 from state.storage.tables import inbox
@@ -295,3 +296,15 @@ def test_the_same_create_again_returns_the_schedule_another_is_refused(client: A
             sid, every_seconds=30, user_id=user, session_id=first["session_id"], text="x"
         )
     assert client.get_schedule(sid)["payload"] == {"k": 1}  # type: ignore[index]
+
+
+def test_retention_prunes_old_ticks_with_the_events(client: AgentClient) -> None:
+    user, sid = uid("u"), uid("sch")
+    client.create_schedule(sid, every_seconds=60, user_id=user, session_id=uid("s"), text="x")
+    due_now(client, sid, T0)
+    clock(client).fire_due(T0)
+    later = T0 + timedelta(days=client.settings.events_retain_days + 1)
+    counts = prune_all(client.backend.engine, client.backend.redis, client.settings, later)
+    assert counts["schedule_runs"] >= 1 and "webhook_deliveries" in counts
+    assert runs_of(client, sid) == []
+    assert client.get_schedule(sid) is not None  # the schedule itself stays
