@@ -5,10 +5,13 @@ is killed still gets the delivery once it is up."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +19,7 @@ import pytest
 from config import Settings
 from tasks.client import AgentClient
 from tests.services import Beat
-from tests.support import Workers, make_settings, uid
+from tests.support import REPO, Workers, make_settings, settings_env, uid
 from tests.webhook_receiver import Receiver
 
 pytestmark = [pytest.mark.faults, pytest.mark.workers]
@@ -173,6 +176,34 @@ def test_each_tick_fires_once_through_a_beat_restart_and_a_worker_kill(
         assert client.wait_for_workflow(run["workflow_id"], timeout=WAIT_S)["status"] == "success"
     listed = client.list_workflows(user_id=user, limit=200)["items"]
     assert len(listed) == len(flows)
+
+
+@pytest.mark.parametrize(
+    ("example", "prints"),
+    [
+        ("schedules.py", ["['fired', 'fired']", "6*7 = 42"]),
+        ("webhooks.py", ["turn.completed True", "True"]),
+    ],
+)
+def test_the_examples_run(
+    system: tuple[AgentClient, Workers, list[Beat]],
+    settings: Settings,
+    example: str,
+    prints: list[str],
+    tmp_path: Path,
+) -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "examples" / example)],
+        cwd=tmp_path,
+        env=settings_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[-len(prints) :] == prints, result.stdout
 
 
 def assert_contiguous(runs: list[dict[str, Any]]) -> None:
