@@ -203,6 +203,16 @@ class WaitingCollector:
                 "Ready steps held back in the database for their user's fair share.",
                 value.steps_waiting,
             ),
+            (
+                "agentstate_schedules_active",
+                "Schedules that tick (not paused).",
+                value.schedules_active,
+            ),
+            (
+                "agentstate_webhook_deliveries_pending",
+                "Webhook deliveries waiting to be sent or retried.",
+                value.deliveries_pending,
+            ),
         ):
             yield GaugeMetricFamily(name, doc, value=number)
 
