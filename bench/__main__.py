@@ -16,6 +16,7 @@ from typing import Any
 
 from bench import (
     anatomy,
+    automation,
     deploy,
     eventlog,
     fairshare,
@@ -61,6 +62,9 @@ ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
     "fairshare": fairshare.fairshare,
     # What operators see (bench/observability.py): metrics and OTel on vs off.
     "observability": observability.observability,
+    # Schedules and webhooks (bench/automation.py): ticks fired, deliveries sent.
+    "ticks": automation.ticks,
+    "webhooks": automation.webhooks,
 }
 
 

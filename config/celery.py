@@ -9,7 +9,12 @@ from typing import Any
 from config.brokers import broker_for
 from config.settings import Settings
 
-TASK_MODULES = ["tasks.worker.phases", "tasks.worker.steps", "tasks.worker.maintenance"]
+TASK_MODULES = [
+    "tasks.worker.phases",
+    "tasks.worker.steps",
+    "tasks.worker.maintenance",
+    "tasks.worker.clock",
+]
 # Bare tasks to measure against; off in production (they bump counters on request).
 BASELINE_MODULES = ["tasks.worker.baseline"]
 # Retention (events, revisions, sessions, workflows) runs hourly, each run to completion.
@@ -66,6 +71,13 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "agentstate-expire-approvals": {
                 "task": "agentstate.approvals.expire",
                 "schedule": settings.sweep_interval,
+            },
+            # Schedule ticks and webhook deliveries; a late copy is dropped, the next one
+            # finds whatever it would have (ticks and deliveries wait in the database).
+            "agentstate-clock": {
+                "task": "agentstate.clock.tick",
+                "schedule": settings.tick_interval,
+                "options": {"expires": max(settings.tick_interval * 5, 5.0)},
             },
             "agentstate-prune-events": {
                 "task": "agentstate.events.prune",

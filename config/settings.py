@@ -312,6 +312,28 @@ class Settings(BaseSettings):
     log_format: LogFormat = Field(
         LogFormat.TEXT, description="Log lines as text (Celery's format) or JSON objects."
     )
+    # Schedules and webhooks (docs/guides/schedules.md, docs/guides/webhooks.md).
+    tick_interval: float = Field(1.0, gt=0, le=60)
+    """Seconds between beat's looks for due schedule ticks and webhook deliveries (each look is
+    one indexed read when nothing is due)."""
+    schedule_grace: float = Field(60.0, gt=0)
+    """Seconds late a tick may fire under `catch_up="none"`; a tick later than that (beat was down)
+    is missed, not fired."""
+    max_schedules_per_user: int = Field(100, ge=1)
+    """Schedules one user may have; one more is refused, naming this setting, nothing stored."""
+    max_webhooks_per_user: int = Field(20, ge=1)
+    """Webhooks one user may register; one more is refused, naming this setting."""
+    webhook_max_attempts: int = Field(8, ge=1, le=100)
+    """Attempts of one webhook delivery before it is given up (`failed`); `redeliver` starts
+    again."""
+    webhook_retry_base_seconds: float = Field(10.0, gt=0)
+    """Attempt n of a delivery that failed waits this x 2^(n-1) seconds before the next one, at
+    most an hour."""
+    webhook_timeout: float = Field(10.0, gt=0, le=300)
+    """Seconds one delivery attempt may take (connect, send, answer); longer is a failed attempt."""
+    webhook_allow_private: bool = False
+    """Allow webhook URLs that resolve to loopback, private or link-local addresses (checked when
+    a hook is added and again at every send, on the address connected to)."""
 
     @property
     def step_queue(self) -> str:

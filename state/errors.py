@@ -65,6 +65,16 @@ class WorkflowIdConflictError(IdempotencyConflictError, WorkflowSpecError):
     """A workflow with this id already exists, started from another spec."""
 
 
+class ScheduleSpecError(BadInputError):
+    """A schedule cannot be used as given (its cron, interval, timezone, target or policy);
+    nothing was stored."""
+
+
+class WebhookSpecError(BadInputError):
+    """A webhook cannot be registered as given (its URL, events or secret); nothing was
+    stored."""
+
+
 class RunStateError(BadInputError):
     """The run cannot be controlled that way now (cancel a finished workflow, retry a
     successful one); nothing was changed."""

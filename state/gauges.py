@@ -6,13 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import false, func, select
 from sqlalchemy.engine import Engine
 
 from state import backlog
 from state.clock import utcnow
 from state.storage.db import read_connection
 from state.storage.tables import approvals, inbox
+from state.storage.tables_automation import deliveries, schedules
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,8 @@ class Waiting:
     approvals_pending: int
     oldest_approval_age_s: float
     steps_waiting: int
+    schedules_active: int = 0
+    deliveries_pending: int = 0
 
 
 def waiting(engine: Engine) -> Waiting:
@@ -36,11 +39,19 @@ def waiting(engine: Engine) -> Waiting:
                 approvals.c.decision.is_(None)
             )
         ).one()
+        active = conn.execute(
+            select(func.count()).select_from(schedules).where(schedules.c.paused == false())
+        ).scalar_one()
+        outbox = conn.execute(
+            select(func.count()).select_from(deliveries).where(deliveries.c.status == "pending")
+        ).scalar_one()
     return Waiting(
         inbox_depth=int(queued),
         approvals_pending=int(pending),
         oldest_approval_age_s=_age_s(oldest),
         steps_waiting=backlog.steps_waiting(engine),
+        schedules_active=int(active),
+        deliveries_pending=int(outbox),
     )
 
 

@@ -34,6 +34,13 @@ class Observer(Protocol):
         """A recovery sweep ran: what it found and did (``SweepReport``), of which
         ``recovered`` items were lost or stuck work taken up again."""
 
+    def ticked(self, fired: int, skipped: int) -> None:
+        """Schedule ticks fired and skipped by one look."""
+
+    def webhook_attempted(self, outcome: str) -> None:
+        """A webhook delivery attempt ended: ``delivered``, ``retrying``, ``failed`` or
+        ``stale``."""
+
 
 class NullObserver:
     """Listens to nothing (the default)."""
@@ -51,6 +58,12 @@ class NullObserver:
         """Ignored."""
 
     def swept(self, counts: Mapping[str, int], recovered: int) -> None:
+        """Ignored."""
+
+    def ticked(self, fired: int, skipped: int) -> None:
+        """Ignored."""
+
+    def webhook_attempted(self, outcome: str) -> None:
         """Ignored."""
 
 

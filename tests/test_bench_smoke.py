@@ -83,6 +83,16 @@ def test_the_prune_row_runs(bench_target: None) -> None:
     assert table[0].verdict in {"met", "missed"} and notes
 
 
+def test_the_schedule_and_webhook_rows_run(bench_target: None) -> None:
+    table, notes = run("ticks", "webhooks")
+    finite(table)
+    assert [row.name for row in table] == [
+        "schedule ticks/s, 10 due at once",
+        "webhook deliveries/s to a local receiver",
+    ]
+    assert len(notes) == 2
+
+
 def test_the_event_log_rows_run(bench_target: None) -> None:
     table, _ = run("push", "eventlog", "turncost", "storage")
     finite(table[:-1])

@@ -23,6 +23,7 @@ from state.ids import validate_id
 from state.lifecycle.rows import delete_sessions, delete_workflows, in_batch, keyed_by, kind_of
 from state.storage import keys
 from state.storage.tables import quarantine, sessions, workflows
+from state.storage.tables_automation import schedule_runs, schedules, webhooks
 
 BATCH = 50
 # Longer than a commit's way from the database to its cache write (milliseconds).
@@ -38,6 +39,10 @@ KINDS = (
     "steps",
     "user_state",
     "quarantine",
+    "schedules",
+    "schedule_runs",
+    "webhooks",
+    "webhook_deliveries",
     "redis_keys",
 )
 
@@ -48,6 +53,9 @@ def erase_user(engine: Engine, client: redis.Redis, user_id: str) -> dict[str, i
     validate_id(user_id, "user")
     counts: Counter[str] = Counter()
     owned: list[str] = keys.owned(user_id=user_id)
+    # Schedules first: a tick firing meanwhile (it holds the schedule's row) commits before
+    # this, and its message or workflow is then deleted with the rest; none fires after.
+    counts.update(in_batch(engine, partial(_automation_rows, user_id=user_id)))
     while True:
         found, gone, deleted = in_batch(engine, partial(_sessions_batch, user_id=user_id))
         counts.update(deleted)
@@ -65,6 +73,13 @@ def erase_user(engine: Engine, client: redis.Redis, user_id: str) -> dict[str, i
         time.sleep(GRACE_S)
         counts["redis_keys"] += drop_keys(client, owned)
     return {kind: int(counts[kind]) for kind in (*KINDS, *sorted(set(counts) - set(KINDS)))}
+
+
+def _automation_rows(conn: Connection, user_id: str) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for table in (schedules, schedule_runs, webhooks):
+        counts[table.name] += conn.execute(delete(table).where(table.c.user_id == user_id)).rowcount
+    return counts
 
 
 def _sessions_batch(conn: Connection, user_id: str) -> tuple[bool, list[str], Counter[str]]:

@@ -19,7 +19,7 @@ from collections import Counter
 from datetime import datetime, timedelta
 
 import redis
-from sqlalchemy import Connection, Delete, Engine, delete, exists, select
+from sqlalchemy import Connection, Delete, Engine, delete, exists, select, tuple_
 
 from config import Settings
 from state.clock import utcnow
@@ -29,6 +29,7 @@ from state.lifecycle.rows import delete_sessions, delete_workflows, in_batch
 from state.machine import WAITING_PHASES, Phase
 from state.storage import keys
 from state.storage.tables import approvals, inbox, sessions, workflows
+from state.storage.tables_automation import deliveries, schedule_runs
 
 EVENT_BATCH = 5000
 SESSION_BATCH = 100
@@ -64,6 +65,7 @@ def prune_all(
     cutoff = now - timedelta(days=settings.events_retain_days)
     counts["events"] += _until_done(engine, _old_events(cutoff, EVENT_BATCH), EVENT_BATCH)
     counts["revisions"] += _until_done(engine, _old_revisions(cutoff, EVENT_BATCH), EVENT_BATCH)
+    counts.update(_prune_logs(engine, cutoff))
     return {kind: int(counts[kind]) for kind in (*KINDS, *sorted(set(counts) - set(KINDS)))}
 
 
@@ -119,6 +121,25 @@ def _prune_workflows(engine: Engine, cutoff: datetime) -> Counter[str]:
         delete(approvals).where(approvals.c.approval_id.in_(victims.scalar_subquery())),
         WORKFLOW_BATCH,
     )
+    return counts
+
+
+def _prune_logs(engine: Engine, cutoff: datetime) -> Counter[str]:
+    """Schedules' ticks and finished webhook deliveries as old as events (their log)."""
+    counts: Counter[str] = Counter()
+    old_runs = select(schedule_runs.c.schedule_id, schedule_runs.c.tick).where(
+        schedule_runs.c.fired_at < cutoff
+    )
+    runs = delete(schedule_runs).where(
+        tuple_(schedule_runs.c.schedule_id, schedule_runs.c.tick).in_(old_runs.limit(EVENT_BATCH))
+    )
+    counts["schedule_runs"] += _until_done(engine, runs, EVENT_BATCH)
+    finished = deliveries.c.status != "pending"
+    old = select(deliveries.c.delivery_id).where(finished, deliveries.c.created_at < cutoff)
+    sent = delete(deliveries).where(
+        deliveries.c.delivery_id.in_(old.limit(EVENT_BATCH).scalar_subquery())
+    )
+    counts["webhook_deliveries"] += _until_done(engine, sent, EVENT_BATCH)
     return counts
 
 

@@ -391,3 +391,7 @@ actions: Table = Base.metadata.tables["actions"]
 events: Table = Base.metadata.tables["events"]
 revisions: Table = Base.metadata.tables["revisions"]
 approvals: Table = Base.metadata.tables["approvals"]
+
+# Schedules and webhooks live in a module of their own; importing it registers its tables
+# in Base.metadata, so every table is known wherever this module is.
+import state.storage.tables_automation  # noqa: E402,F401

@@ -23,7 +23,7 @@ from state.machine import Phase
 from state.workflow import WorkflowState
 from state.workflows import calls, fairshare
 from state.workflows.calls import ActionFn, StepFailed
-from state.workflows.records import ClaimedStep, Completion, Leftover, carried_step
+from state.workflows.records import ClaimedStep, Completion, Dispatch, Leftover, carried_step
 from state.workflows.retries import retry_delay_s, retryable
 from state.workflows.spec import SpecLimits, parse_spec
 from state.workflows.store import WorkflowStore
@@ -79,10 +79,16 @@ class WorkflowEngine:
                 f"workflow {wf.workflow_id!r} already exists with another spec; "
                 "use a new workflow_id"
             ) from exc
+        self.dispatch_roots(wf, roots)
+        return wf.workflow_id
+
+    def dispatch_roots(self, wf: WorkflowState, roots: list[Dispatch]) -> None:
+        """Send a stored workflow's root steps (within its owner's fair share): the second
+        half of :meth:`start`, for a caller that stored the workflow in a transaction of
+        its own (a schedule's tick)."""
         quick = {sid for sid, step in wf.steps.items() if is_quick(self.actions(step.action))}
         for step_id, revision in self.share.window(wf.workflow_id, roots, quick):
             self.dispatcher.step(wf.workflow_id, step_id, revision)
-        return wf.workflow_id
 
     def cancel(self, workflow_id: str, user_id: str | None = None) -> bool:
         """Cancel a running workflow (one guarded commit); False if not (or not ours)."""

@@ -45,6 +45,7 @@ from state.ids import validate_id
 from state.turns.double_texting import MultitaskStrategy
 from tasks.cli import progress
 from tasks.cli.approval import add_approval
+from tasks.cli.automation import add_schedule, add_webhook
 from tasks.cli.control import add_session_control, add_workflow_control
 from tasks.cli.lifecycle import add_prune, add_user_erase
 from tasks.cli.outcome import report_turn
@@ -130,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_user(sub)
     _add_workflow(sub)
     add_approval(sub)
+    add_schedule(sub)
+    add_webhook(sub)
     add_serve(sub)
     command(sub, "recover", cmd_recover, "run one recovery sweep (what beat runs periodically)")
     add_prune(sub)

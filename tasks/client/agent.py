@@ -39,6 +39,7 @@ from tasks.actions import get_action, known_actions
 from tasks.app import app as default_app
 from tasks.app import make_app
 from tasks.client.approvals import ApprovalControl
+from tasks.client.automation import Automation
 from tasks.client.control import checked_message
 from tasks.client.lifecycle import Lifecycle
 from tasks.client.reads import SessionReads, finished_workflow
@@ -49,13 +50,14 @@ from tasks.observability import metrics, tracing
 logger = logging.getLogger(__name__)
 
 
-class AgentClient(ApprovalControl, Timeline, Lifecycle):
+class AgentClient(ApprovalControl, Timeline, Lifecycle, Automation):
     """What an app (web handler, script, notebook) uses to talk to agentstate.
 
     Run control (cancel, retry, listing) comes from ``tasks.client.control.RunControl``, with
     approvals and decisions on top of it from ``tasks.client.approvals.ApprovalControl``;
     events, revisions and forks from ``tasks.client.timeline.Timeline``; erasure from
-    ``tasks.client.lifecycle.Lifecycle``.
+    ``tasks.client.lifecycle.Lifecycle``; schedules and webhooks from
+    ``tasks.client.automation.Automation``.
     """
 
     def __init__(self, settings: Settings | None = None) -> None:

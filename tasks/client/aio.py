@@ -47,6 +47,7 @@ from state.turns.double_texting import MultitaskStrategy
 from tasks.app import app as default_app
 from tasks.app import make_app
 from tasks.client.agent import AgentClient
+from tasks.client.aio_automation import AsyncAutomation
 from tasks.client.aio_connections import Connections
 from tasks.client.aio_follow import Follower, tolerant
 from tasks.client.control import checked_message
@@ -59,7 +60,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class AsyncAgentClient:
+class AsyncAgentClient(AsyncAutomation):
     """``AgentClient`` for asyncio apps (see the module docstring).
 
     Example (FastAPI)::

@@ -15,6 +15,7 @@ from tasks.observability import tracing
 PHASE_TASK = "agentstate.phase.{}"
 TIMEOUT_TASK = "agentstate.session.timeout"
 STEP_TASK = "agentstate.workflow.step"
+WEBHOOK_TASK = "agentstate.webhooks.deliver"
 _UNSET = object()
 
 
@@ -70,6 +71,11 @@ class CeleryDispatcher:
             return
         shown = repr([*args, f"<step, {len(carried)} chars>"])
         self._send(STEP_TASK, [*args, carried], shown, countdown=countdown, queue=queue)
+
+    def webhook(self, delivery_id: str, claim: str) -> None:
+        """Enqueue one attempt of a webhook delivery under ``claim``, on the steps' queue:
+        a slow receiver holds a step's worker, never a turn's."""
+        self._send(WEBHOOK_TASK, [delivery_id, claim], queue=self.step_queue)
 
     @property
     def step_queue(self) -> str | None:

@@ -48,6 +48,7 @@ LOCK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 TURN_OUTCOMES = ("replied", "failed", "cancelled")
 STEP_STATUSES = ("success", "failed", "retrying", "duplicate", "stale", "waiting", "resumed")
 REFUSED = ("session", "lock_lost", "step")
+WEBHOOK_OUTCOMES = ("delivered", "retrying", "failed", "stale")
 
 
 class Metrics:
@@ -95,6 +96,18 @@ class Metrics:
             "agentstate_sweep_items_total",
             "What recovery sweeps did, by action.",
             ["action"],
+            **kw,
+        )
+        self.schedule_ticks = Counter(
+            "agentstate_schedule_ticks_total",
+            "Schedule ticks, by what became of them (fired or skipped).",
+            ["status"],
+            **kw,
+        )
+        self.webhook_attempts = Counter(
+            "agentstate_webhook_attempts_total",
+            "Webhook delivery attempts, by outcome.",
+            ["outcome"],
             **kw,
         )
         # Children resolved once: a labels() call per event would take a lock and a dict
@@ -146,6 +159,16 @@ class Metrics:
                 self.sweep_items.labels(action=action).inc(count)
         if recovered:
             self.recoveries.inc(recovered)
+
+    def ticked(self, fired: int, skipped: int) -> None:
+        if fired:
+            self.schedule_ticks.labels(status="fired").inc(fired)
+        if skipped:
+            self.schedule_ticks.labels(status="skipped").inc(skipped)
+
+    def webhook_attempted(self, outcome: str) -> None:
+        label = outcome if outcome in WEBHOOK_OUTCOMES else "other"
+        self.webhook_attempts.labels(outcome=label).inc()
 
 
 class MailboxObserver(observe.NullObserver):
@@ -237,6 +260,16 @@ class WaitingCollector:
                 "agentstate_steps_waiting_fair_share",
                 "Ready steps held back in the database for their user's fair share.",
                 value.steps_waiting,
+            ),
+            (
+                "agentstate_schedules_active",
+                "Schedules that tick (not paused).",
+                value.schedules_active,
+            ),
+            (
+                "agentstate_webhook_deliveries_pending",
+                "Webhook deliveries waiting to be sent or retried.",
+                value.deliveries_pending,
             ),
         ):
             yield GaugeMetricFamily(name, doc, value=number)

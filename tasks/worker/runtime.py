@@ -10,9 +10,11 @@ from config.brokers import broker_for
 from state.agent import load_agent
 from state.approvals.desk import ApprovalDesk
 from state.recovery.sweep import RecoverySweep
+from state.schedules.ticks import ScheduleClock, TickRules
 from state.storage.backend import Backend, default_backend, reset_backends
 from state.turns.engine import TurnEngine
 from state.turns.services import TurnServices
+from state.webhooks.courier import Courier
 from state.workflows.engine import WorkflowEngine
 from state.workflows.store import WorkflowStore
 from tasks.actions import get_action, known_actions
@@ -30,6 +32,9 @@ class Runtime:
     workflows: WorkflowEngine
     recovery: RecoverySweep
     approvals: ApprovalDesk
+    dispatcher: CeleryDispatcher
+    clock: ScheduleClock
+    courier: Courier
 
 
 _runtimes: dict[int, Runtime] = {}
@@ -58,7 +63,11 @@ def build_runtime(backend: Backend) -> Runtime:
     )
     recovery = RecoverySweep(services, turns.interventions, workflows)
     approvals = ApprovalDesk(backend.engine, turns.interventions, workflows)
-    return Runtime(backend, services, turns, workflows, recovery, approvals)
+    clock = ScheduleClock(backend.engine, TickRules.from_settings(backend.settings))
+    courier = Courier.build(backend.engine, backend.settings)
+    return Runtime(
+        backend, services, turns, workflows, recovery, approvals, dispatcher, clock, courier
+    )
 
 
 def reset_runtime() -> None:

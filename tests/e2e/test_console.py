@@ -272,6 +272,20 @@ def test_a_users_key_sees_only_that_users_sessions(page: Any, api: Api) -> None:
     assert mine
 
 
+def test_schedules_show_their_next_ticks(page: Any, api: Api, tmp_path: Path) -> None:
+    schedule_id = uid("nightly")
+    made = api.client("alice").post(
+        "/v1/schedules",
+        json={"schedule_id": schedule_id, "cron": "0 2 * * *", "session_id": uid("s"), "text": "x"},
+    )
+    assert made.status_code == 201, made.text
+    sign_in(page, api, "alice", "#/schedules")
+    row = page.locator("#schedules tbody tr").filter(has_text=schedule_id)
+    row.wait_for()
+    assert "0 2 * * *" in row.inner_text()
+    shot(page, "schedules", tmp_path)
+
+
 def test_every_field_has_a_label_and_the_page_its_landmarks(page: Any, api: Api) -> None:
     sign_in(page, api, "*")
     page.locator("#session-results").wait_for()

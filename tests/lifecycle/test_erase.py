@@ -16,6 +16,7 @@ import pytest
 
 from config import Settings
 from state.storage import keys
+from state.webhooks.hooks import HookStore
 from tasks.client import AgentClient
 from tests.lifecycle.scan import keys_naming, rows_naming
 from tests.support import REPO, settings_env, uid
@@ -28,6 +29,11 @@ def populate(client: AgentClient, user: str) -> list[str]:
     """A user with a bit of everything: history, user state, a fork, a workflow of a
     session, a step and a turn waiting for approval. Returns every id it made."""
     talk, fork, asking = uid("talk"), uid("fork"), uid("ask")
+    # Their webhook (and an operator's) hears their turns: deliveries that name them.
+    hooks = HookStore(client.backend.engine)
+    for owner in (user, None):
+        hooks.add("http://127.0.0.1:9/h", ["turn.completed"], user_id=owner, allow_private=True)
+    client.create_schedule(uid("sch"), every_seconds=3600, user_id=user, session_id=talk, text="x")
     client.send_message(talk, "remember that cats purr", user_id=user)
     client.send_message(talk, "what is 6*7?", user_id=user)
     client.wait_for_idle(talk, timeout=60)
@@ -64,6 +70,7 @@ def test_erase_leaves_nothing_of_the_user_and_touches_no_one_else(client: AgentC
         rows
     ), rows.keys()
     assert {"approvals", "user_state", "inbox"} <= set(rows)
+    assert {"schedules", "webhooks", "webhook_deliveries"} <= set(rows)
     assert any(keys.owner_of(k) == ("session", gone_ids[1]) for k in found_keys)
     before = everything(client, kept_ids)
 

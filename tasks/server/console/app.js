@@ -1,9 +1,10 @@
 // The console's shell: the key form, who the key is, and a route per view (#/sessions,
-// #/sessions/ID, #/workflows, #/workflows/ID, #/approvals).
+// #/sessions/ID, #/workflows, #/workflows/ID, #/approvals, #/schedules).
 
 import { ApiError, get, getKey, setKey } from "./api.js";
 import { clear, h, say } from "./dom.js";
 import * as approvals from "./views/approvals.js";
+import * as automation from "./views/automation.js";
 import * as session from "./views/session.js";
 import * as sessions from "./views/sessions.js";
 import * as workflow from "./views/workflow.js";
@@ -13,6 +14,7 @@ const ROUTES = {
   sessions: (id) => (id ? session : sessions),
   workflows: (id) => (id ? workflow : workflows),
   approvals: () => approvals,
+  schedules: () => automation,
 };
 
 let machine = null;
