@@ -97,28 +97,30 @@ def alices_objects(client: AgentClient) -> tuple[str, str, str, str]:
 
 def test_another_users_writes_are_unknown_ids_and_change_nothing(client: AgentClient) -> None:
     alice, session_id, workflow_id, approval_id = alices_objects(client)
+    # A bob of this test's own: other modules' bobs may own workflows of their own.
+    bob = uid("bob")
     before = rows(client, [session_id], [workflow_id])
     attempts: list[Callable[[], object]] = [
-        lambda: client.cancel_turn(session_id, user_id="bob"),
-        lambda: client.cancel_workflow(workflow_id, user_id="bob"),
-        lambda: client.retry_workflow(workflow_id, user_id="bob"),
-        lambda: client.decide(approval_id, True, by="bob", user_id="bob"),
-        lambda: client.decide(approval_id, False, by="bob", user_id="bob"),
-        lambda: client.fork_session(session_id, 1, uid("fork"), user_id="bob"),
-        lambda: client.start_workflow(approval_spec(session_id), user_id="bob"),
-        lambda: client.send_message(session_id, "mine now", user_id="bob"),
+        lambda: client.cancel_turn(session_id, user_id=bob),
+        lambda: client.cancel_workflow(workflow_id, user_id=bob),
+        lambda: client.retry_workflow(workflow_id, user_id=bob),
+        lambda: client.decide(approval_id, True, by=bob, user_id=bob),
+        lambda: client.decide(approval_id, False, by=bob, user_id=bob),
+        lambda: client.fork_session(session_id, 1, uid("fork"), user_id=bob),
+        lambda: client.start_workflow(approval_spec(session_id), user_id=bob),
+        lambda: client.send_message(session_id, "mine now", user_id=bob),
     ]
     for attempt in attempts:
         with pytest.raises(NotFoundError) as refused:
             attempt()
         # Worded as an unknown id: nothing says whose it is.
-        assert "bob" not in str(refused.value) and "another user" not in str(refused.value)
+        assert bob not in str(refused.value) and "another user" not in str(refused.value)
     assert rows(client, [session_id], [workflow_id]) == before
     # Reads: as unknown ids too.
-    assert client.get_session(session_id, user_id="bob") is None
-    assert client.get_workflow(workflow_id, user_id="bob") is None
-    assert client.approvals(user_id="bob") == []
-    assert client.list_workflows(user_id="bob", limit=1000)["items"] == []
+    assert client.get_session(session_id, user_id=bob) is None
+    assert client.get_workflow(workflow_id, user_id=bob) is None
+    assert client.approvals(user_id=bob) == []
+    assert client.list_workflows(user_id=bob, limit=1000)["items"] == []
     # The owner's same calls work.
     assert client.decide(approval_id, False, by=alice, user_id=alice)["decision"] == "rejected"
     assert client.get_workflow(workflow_id, user_id=alice)["status"] == "failed"  # type: ignore[index]

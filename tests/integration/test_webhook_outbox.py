@@ -46,11 +46,15 @@ def client(settings: Settings) -> Iterator[AgentClient]:
             action_modules="tests.actions_for_tests",
         )
     )
-    # Hooks are global (an operator's hears everything): each test starts with none.
+    # Hooks are global (an operator's hears everything): each test starts with none and
+    # leaves none, or later modules' turns would keep writing deliveries for them.
     with made.backend.engine.begin() as conn:
         conn.execute(delete(webhooks))
         conn.execute(delete(deliveries))
     yield made
+    with made.backend.engine.begin() as conn:
+        conn.execute(delete(webhooks))
+        conn.execute(delete(deliveries))
 
 
 def rows(client: AgentClient, webhook_id: str) -> list[dict[str, Any]]:
