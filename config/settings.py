@@ -238,9 +238,20 @@ class Settings(BaseSettings):
         description=(
             "Workflow steps (not quick) of one user running at once; that user's other "
             "ready steps wait in the database and are released as these finish (0: no "
-            "cap; workflows of no owner are never capped). A workflow's quick roots "
-            "beyond 64 times this are held the same way, one handed over per finished "
-            "step of the user."
+            "cap). Workflows of no owner (operator code) share one more such cap. A "
+            "workflow's quick roots beyond 64 times this are held the same way, one "
+            "handed over per finished step of the user."
+        ),
+    )
+    children_for_turns: int = Field(
+        1,
+        ge=0,
+        description=(
+            "Worker children, across every live worker of the queue, that workflow steps "
+            "(not quick) never take, whoever runs them: at most (all live children - "
+            "this, at least 1) such steps run at once, the others wait in the database "
+            "and are released as running ones finish, so a turn always finds a child. "
+            "0: steps may take every child (docs: operations/fair-share)."
         ),
     )
     baseline_tasks: bool = False

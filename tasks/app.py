@@ -107,5 +107,6 @@ def _publish_actions(sender: object = None, **_: object) -> None:
     publish_actions(str(sender or "unknown"))
 
 
-# The start checks (settings, action modules, agent) connect to Celery's start signals.
-from tasks.worker import startup  # noqa: E402,F401
+# The start checks (settings, action modules, agent) connect to Celery's start signals,
+# and a worker tells the fleet its children (the fleet-wide cap of claimed steps).
+from tasks.worker import fleet, startup  # noqa: E402,F401

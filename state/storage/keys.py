@@ -76,6 +76,18 @@ def unscraped_turns(outcome: str) -> str:
     return f"{PREFIX}:metrics:turns:{outcome}"
 
 
+def fleet_children(queue: str) -> str:
+    """The worker children each live worker serving ``queue`` runs (a hash: node name ->
+    children), written by each worker's main process (state.workflows.fleet)."""
+    return f"{PREFIX}:queue:{queue}:children"
+
+
+def fleet_alive(queue: str) -> str:
+    """When each worker serving ``queue`` stops counting unless it says so again (a
+    sorted set: node name by expiry time)."""
+    return f"{PREFIX}:queue:{queue}:alive"
+
+
 def workers_database(queue: str) -> str:
     """Which database the workers serving ``queue`` last started with (apps compare)."""
     return f"{PREFIX}:queue:{queue}:database"

@@ -23,6 +23,7 @@ from state.machine import Phase
 from state.workflow import WorkflowState
 from state.workflows import calls, fairshare
 from state.workflows.calls import ActionFn, StepFailed
+from state.workflows.fleet import Fleet
 from state.workflows.records import ClaimedStep, Completion, Dispatch, Leftover, carried_step
 from state.workflows.retries import retry_delay_s, retryable
 from state.workflows.spec import SpecLimits, parse_spec
@@ -55,7 +56,8 @@ class WorkflowEngine:
         self.notifier = notifier
         hints = notifier.redis if notifier is not None else None
         cap = settings.user_step_concurrency
-        self.share = fairshare.FairShare(store.engine, dispatcher, cap, hints)
+        fleet = Fleet(hints, settings.queue, settings.children_for_turns)
+        self.share = fairshare.FairShare(store.engine, dispatcher, cap, hints, fleet)
 
     def validate(self, spec: object, known_actions: Iterable[str]) -> WorkflowState:
         """The workflow a spec describes, fully checked; nothing is stored."""
@@ -134,18 +136,26 @@ class WorkflowEngine:
             if quick is not None:
                 return quick
         lease_s = self.settings.stuck_after
-        cap = self.settings.user_step_concurrency
-        owner = self.share.owner(workflow_id) if cap else ""
-        cap = cap if owner else 0  # a workflow of no owner (the operator's) is not capped
+        # A workflow of no owner (the operator's) is capped as one more owner, "".
+        cap, fleet_cap = self.settings.user_step_concurrency, self.share.fleet_cap()
+        owner = self.share.owner(workflow_id) if cap or fleet_cap else ""
         claimed = self.store.claim(
-            workflow_id, step_id, revision, lease_s, task_id, cap=cap, owner=owner
+            workflow_id,
+            step_id,
+            revision,
+            lease_s,
+            task_id,
+            cap=cap,
+            owner=owner,
+            fleet_cap=fleet_cap,
         )
+        capped = bool(cap or fleet_cap)
         if claimed is None:
             if self._wait_for_timer(workflow_id, step_id, revision):
                 return "waiting"
-            if cap and fairshare.park(self.store.engine, workflow_id, step_id, revision):
-                # Over its owner's share: it waits in the database, holding nothing, until
-                # one of the owner's running steps finishes (and releases it).
+            if capped and fairshare.park(self.store.engine, workflow_id, step_id, revision):
+                # Over its owner's share or the fleet's: it waits in the database, holding
+                # nothing, until a running step finishes (and releases it).
                 self.share.release(workflow_id)  # in case the last one finished meanwhile
                 return "waiting"
             left = self.store.leftover(workflow_id, step_id, task_id) if task_id else None
@@ -157,7 +167,7 @@ class WorkflowEngine:
                 return "resumed"
             claimed = left.claimed
         outcome = self._run_claimed(replace(claimed, task_id=task_id), lease_s)
-        if cap:  # its slot is free (a lost worker's is freed by the sweep's release)
+        if capped:  # its slot is free (a lost worker's is freed by the sweep's release)
             self.share.release(workflow_id)
         return outcome
 

@@ -19,7 +19,7 @@ import random
 import time
 
 import redis
-from sqlalchemy import ColumnElement, Connection, Engine, func, or_, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, and_, func, or_, select, update
 from sqlalchemy.orm import aliased
 
 from state.clock import utcnow
@@ -28,6 +28,7 @@ from state.storage import keys
 from state.storage.db import read_connection
 from state.storage.tables import steps, workflows
 from state.workflow import WorkflowStepStatus
+from state.workflows.fleet import Fleet
 from state.workflows.guards import step_at
 from state.workflows.records import APPROVED
 
@@ -48,10 +49,16 @@ _running = aliased(steps)
 
 
 class FairShare:
-    """Releases an owner's parked steps as its running ones finish, and sends them."""
+    """Releases parked steps as running ones finish (within their owner's share and the
+    fleet's), and sends them."""
 
     def __init__(
-        self, engine: Engine, dispatcher: Dispatcher, cap: int, hints: redis.Redis | None = None
+        self,
+        engine: Engine,
+        dispatcher: Dispatcher,
+        cap: int,
+        hints: redis.Redis | None = None,
+        fleet: Fleet | None = None,
     ) -> None:
         self.engine = engine
         self.dispatcher = dispatcher
@@ -59,7 +66,12 @@ class FairShare:
         # Redis, for the hint that an owner has held steps: a finished step of an owner
         # with none (nearly always) then costs no database statement.
         self.hints = hints
+        self.fleet = fleet
         self._owners: dict[str, str] = {}  # workflow id -> owner (it never changes)
+
+    def fleet_cap(self) -> int:
+        """Claimed steps that may run at once across the fleet (0: no cap)."""
+        return 0 if self.fleet is None else self.fleet.cap()
 
     def owner(self, workflow_id: str) -> str:
         """The workflow's owner ("" for none), remembered."""
@@ -72,21 +84,26 @@ class FairShare:
         return owner
 
     def release(self, workflow_id: str) -> list[Released]:
-        """Send the steps of the workflow's owner that now have room; return them."""
-        owner = self.owner(workflow_id)
-        if not owner or self.cap <= 0:
-            return []  # no owner: not capped, nothing parked
-        return self.send(release(self.engine, owner, self.cap))
+        """A claimed step of the workflow finished (or was refused): send the parked steps
+        that now have room; return them. Under a fleet cap the room may be any owner's,
+        so waiting owners are served in turn; else only this workflow's owner's."""
+        if self.fleet_cap() > 0:
+            return self.release_all()
+        if self.cap <= 0:
+            return []  # no cap: nothing parked
+        return self.send(release(self.engine, self.owner(workflow_id), self.cap))
 
     def window(
         self, workflow_id: str, roots: list[tuple[str, int]], quick: set[str]
     ) -> list[tuple[str, int]]:
         """The roots to send now: all but the ``quick`` ones beyond the owner's window,
         which are held (quick steps claim nothing, so the claim's cap cannot hold them)."""
-        owner = self.owner(workflow_id) if self.cap > 0 else ""
+        if self.cap <= 0:
+            return roots
+        owner = self.owner(workflow_id)
         limit = self.cap * WINDOW_PER_SLOT
         quick_roots = [step_id for step_id, _ in roots if step_id in quick]
-        if not owner or len(quick_roots) <= limit:
+        if len(quick_roots) <= limit:
             return roots
         held = set(quick_roots[limit:])
         hold(self.engine, workflow_id, sorted(held))
@@ -95,8 +112,10 @@ class FairShare:
 
     def hand_over(self, workflow_id: str) -> list[Released]:
         """A step of the workflow finished: send its owner's oldest held step, if any."""
-        owner = self.owner(workflow_id) if self.cap > 0 else ""
-        if not owner or self._hint(owner) is False:
+        if self.cap <= 0:
+            return []
+        owner = self.owner(workflow_id)
+        if self._hint(owner) is False:
             return []
         handed = hand_over(self.engine, owner)
         if handed is None:  # none held (not merely taken by others meanwhile)
@@ -106,12 +125,26 @@ class FairShare:
 
     def release_all(self) -> list[Released]:
         """Every owner's parked steps with room, sent one owner's step at a time (round
-        robin, the longest waiting owner first); the sweep's way to heal lost releases."""
+        robin, the longest waiting owner first), no more than the fleet has room for; the
+        sweep's way to heal lost releases, and a finish's under a fleet cap."""
         owners = waiting_owners(self.engine)
         for owner in held_owners(self.engine):
             self._hint(owner, True)  # put back a hint Redis lost
-        batches = [release(self.engine, owner, self.cap) for owner in owners]
-        return self.send(round_robin(batches))
+        fleet_cap = self.fleet_cap()
+        if fleet_cap <= 0:
+            batches = [release(self.engine, owner, self.cap) for owner in owners]
+            return self.send(round_robin(batches))
+        room = fleet_cap - fleet_running(self.engine)
+        released: list[Released] = []
+        while room > 0 and owners:
+            # One step of each owner in turn; an owner with no room (or none left) drops out.
+            for owner in list(owners):
+                one = release(self.engine, owner, self.cap, limit=1) if room > 0 else []
+                if not one:
+                    owners.remove(owner)
+                released.extend(one)
+                room -= len(one)
+        return self.send(released)
 
     def _hint(self, owner: str, value: bool | None = None) -> bool | None:
         """Read (``value`` None) or set the owner's held-steps hint; None if unknown (no
@@ -136,19 +169,40 @@ class FairShare:
         return released
 
 
-def under_cap(cap: int) -> ColumnElement[bool]:
+def under_cap(cap: int, fleet_cap: int = 0) -> ColumnElement[bool]:
     """The claim's condition: the step's owner has fewer than ``cap`` running steps (0:
-    no cap). A step found running itself (its worker lost) is taken over regardless, and
-    a workflow of no owner (the trusted operator's) is not capped."""
+    no cap), and the fleet fewer than ``fleet_cap`` with a live lease (0: no cap). A step
+    found running itself (its worker lost) is taken over regardless; a workflow of no
+    owner (the operator's) counts as one more owner, ``""``."""
     running = (
         select(func.count())
         .select_from(_running)
         .where(_running.c.owner == steps.c.owner, _running.c.status == WorkflowStepStatus.RUNNING)
         .scalar_subquery()
     )
-    if cap <= 0:
+    taken_over = steps.c.status == WorkflowStepStatus.RUNNING
+    conditions: list[ColumnElement[bool]] = []
+    if cap > 0:
+        conditions.append(or_(taken_over, running < cap))
+    if fleet_cap > 0:
+        conditions.append(or_(taken_over, _fleet_running() < fleet_cap))
+    if not conditions:
         return steps.c.status.is_not(None)  # always true, keeps one statement shape
-    return or_(steps.c.owner == "", steps.c.status == WorkflowStepStatus.RUNNING, running < cap)
+    return and_(*conditions)
+
+
+def _fleet_running() -> ColumnElement[int]:
+    """Claimed steps running anywhere with a live lease (a lost worker's stops counting
+    when its lease runs out), as a subquery of the claim."""
+    return (
+        select(func.count())
+        .select_from(_running)
+        .where(
+            _running.c.status == WorkflowStepStatus.RUNNING,
+            _running.c.lease_expires_at > time.time(),
+        )
+        .scalar_subquery()
+    )
 
 
 def lock_owner(conn: Connection, owner: str) -> None:
@@ -156,6 +210,27 @@ def lock_owner(conn: Connection, owner: str) -> None:
     SQLite has one writer at a time anyway): claims and releases count in turn."""
     if conn.dialect.name == "postgresql":
         conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"steps:{owner}"))))
+
+
+def lock_fleet(conn: Connection) -> None:
+    """Take the fleet's lock for the rest of ``conn``'s transaction (after the owner's,
+    never before): capped claims count the fleet's running steps in turn."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(select(func.pg_advisory_xact_lock(func.hashtext("steps:*fleet*"))))
+
+
+def fleet_running(engine: Engine) -> int:
+    """Claimed steps running anywhere with a live lease."""
+    with read_connection(engine) as conn:
+        count = conn.execute(
+            select(func.count())
+            .select_from(steps)
+            .where(
+                steps.c.status == WorkflowStepStatus.RUNNING,
+                steps.c.lease_expires_at > time.time(),
+            )
+        ).scalar()
+    return int(count or 0)
 
 
 def park(engine: Engine, workflow_id: str, step_id: str, revision: int) -> bool:
@@ -176,15 +251,16 @@ def park(engine: Engine, workflow_id: str, step_id: str, revision: int) -> bool:
     return row is not None
 
 
-def release(engine: Engine, owner: str, cap: int) -> list[Released]:
-    """Un-park ``owner``'s oldest waiting steps into the room below ``cap``; return them
-    to send. Two releases at once may both see room: the loser's claim parks the step
-    again, so the cap holds at the claim, not here."""
-    if cap <= 0:
+def release(engine: Engine, owner: str, cap: int, limit: int | None = None) -> list[Released]:
+    """Un-park ``owner``'s oldest waiting steps into the room below ``cap`` (0: no cap),
+    ``limit`` at most; return them to send. Two releases at once may both see room: the
+    loser's claim parks the step again, so the caps hold at the claim, not here."""
+    if cap <= 0 and limit is None:
         return []
     with engine.begin() as conn:
         lock_owner(conn, owner)
-        room = cap - _running_count(conn, owner)
+        room = cap - _running_count(conn, owner) if cap > 0 else limit or 0
+        room = room if limit is None else min(room, limit)
         if room <= 0:
             return []
         oldest = conn.execute(

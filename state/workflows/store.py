@@ -25,7 +25,7 @@ from state.storage.tables import steps
 from state.workflow import WorkflowState, WorkflowStepStatus
 from state.workflows import control, propagation
 from state.workflows.creation import insert_workflow
-from state.workflows.fairshare import lock_owner, under_cap
+from state.workflows.fairshare import lock_fleet, lock_owner, under_cap
 from state.workflows.guards import (
     awaiting,
     claim_guard,
@@ -101,14 +101,18 @@ class WorkflowStore(WorkflowReads):
         *,
         cap: int = 0,
         owner: str = "",
+        fleet_cap: int = 0,
     ) -> ClaimedStep | None:
         """Mark the step running if it is still at ``revision`` and runnable now (its
-        timer, if any, has run out, and its ``owner`` runs fewer than ``cap`` steps; 0:
-        no cap); None if not (a duplicate, not due yet, or over its owner's share)."""
+        timer, if any, has run out, its ``owner`` runs fewer than ``cap`` steps and the
+        fleet fewer than ``fleet_cap``; 0: no cap); None if not (a duplicate, not due
+        yet, or over its owner's share or the fleet's)."""
         now = time.time()
         with self.engine.begin() as conn:
-            if cap and owner:  # one claim per owner at a time: the count holds
+            if cap:  # one claim per owner at a time: the count holds
                 lock_owner(conn, owner)
+            if fleet_cap:  # and one capped claim in the fleet at a time
+                lock_fleet(conn)
             row = conn.execute(
                 update(steps)
                 .where(
@@ -117,7 +121,7 @@ class WorkflowStore(WorkflowReads):
                     steps.c.remaining_deps == 0,
                     or_(steps.c.not_before_s.is_(None), steps.c.ready_at <= now),
                     or_(steps.c.approval.is_(None), steps.c.approval == APPROVED),
-                    under_cap(cap),
+                    under_cap(cap, fleet_cap),
                 )
                 .values(
                     status=WorkflowStepStatus.RUNNING,

@@ -232,14 +232,24 @@ class PostgresWorkflowStore(WorkflowStore):
         *,
         cap: int = 0,
         owner: str = "",
+        fleet_cap: int = 0,
     ) -> ClaimedStep | None:
         """Mark the step running if it is still at ``revision`` (and its owner runs
-        fewer than ``cap`` steps); the dependencies' outputs come back with the claim."""
-        if cap and owner:
-            # A capped claim counts the owner's running steps under the owner's lock, in
-            # a transaction of its own (the portable claim): two at once cannot both fit.
+        fewer than ``cap`` steps, the fleet fewer than ``fleet_cap``); the dependencies'
+        outputs come back with the claim."""
+        if cap or fleet_cap:
+            # A capped claim counts running steps under the owner's (and the fleet's)
+            # lock, in a transaction of its own (the portable claim): two at once cannot
+            # both fit.
             return super().claim(
-                workflow_id, step_id, revision, lease_s, task_id, cap=cap, owner=owner
+                workflow_id,
+                step_id,
+                revision,
+                lease_s,
+                task_id,
+                cap=cap,
+                owner=owner,
+                fleet_cap=fleet_cap,
             )
         clock = time.time()
         params = {
