@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, Engine, Select, and_, or_
+from sqlalchemy import Column, Engine, Select, tuple_
 
 from state.clock import as_utc
 from state.documents import codec
@@ -87,7 +87,10 @@ def fetch(
     created, ident = keys
     if cursor is not None:
         moment, item_id = decode(cursor)
-        query = query.where(or_(created < moment, and_(created == moment, ident < item_id)))
+        # A row-value comparison: an index condition on (…, created_at, id), so a page
+        # deep in a listing reads what it returns, like the first (``created < m OR
+        # (created = m AND id < x)`` is only a filter: every newer row is read and dropped).
+        query = query.where(tuple_(created, ident) < tuple_(moment, item_id))
     query = query.order_by(created.desc(), ident.desc()).limit(limit + 1)
     with read_connection(engine) as conn:
         rows = conn.execute(query).all()
