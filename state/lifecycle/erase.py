@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any
 
 import redis
-from sqlalchemy import Connection, Engine, delete, select, tuple_
+from sqlalchemy import Connection, Engine, Select, delete, select, tuple_
 
 from state.ids import validate_id
 from state.lifecycle.rows import delete_sessions, delete_workflows, in_batch, keyed_by, kind_of
@@ -58,7 +58,7 @@ def erase_user(engine: Engine, client: redis.Redis, user_id: str) -> dict[str, i
     # Schedules first: a tick firing meanwhile (it holds the schedule's row) commits before
     # this, and its message or workflow is then deleted with the rest; none fires after.
     counts.update(in_batch(engine, partial(_automation_rows, user_id=user_id)))
-    sessions_left = _Walk(sessions.c.created_at, sessions.c.session_id, sessions.c.user_id)
+    sessions_left = Walk(sessions.c.created_at, sessions.c.session_id, sessions.c.user_id)
     while True:
         found, gone, deleted = in_batch(
             engine, partial(_sessions_batch, user_id=user_id, walk=sessions_left)
@@ -68,7 +68,7 @@ def erase_user(engine: Engine, client: redis.Redis, user_id: str) -> dict[str, i
         if not found and sessions_left.again():
             break
     # The user's workflows of no session.
-    workflows_left = _Walk(workflows.c.created_at, workflows.c.workflow_id, workflows.c.user_id)
+    workflows_left = Walk(workflows.c.created_at, workflows.c.workflow_id, workflows.c.user_id)
     while True:
         found_any, deleted = in_batch(
             engine, partial(_workflows_batch, user_id=user_id, walk=workflows_left)
@@ -91,7 +91,7 @@ def _automation_rows(conn: Connection, user_id: str) -> Counter[str]:
     return counts
 
 
-class _Walk:
+class Walk:
     """A keyset position in the user's rows by (created_at, id), the order of their index
     (``ix_sessions_user_created``, ``ix_workflows_user_created``): each batch starts
     where the one before ended instead of reading again, from the start, past the index
@@ -105,13 +105,17 @@ class _Walk:
 
     def next_ids(self, conn: Connection, user_id: str) -> list[str]:
         """The ids of the user's next batch of rows (and the position moves past them)."""
-        query = select(self.created, self.ident).where(self.owner == user_id)
-        if self.after is not None:
-            query = query.where(tuple_(self.created, self.ident) > tuple_(*self.after))
-        rows = conn.execute(query.order_by(self.created, self.ident).limit(BATCH)).all()
+        rows = conn.execute(self.query(user_id)).all()
         if rows:
             self.after = (rows[-1][0], str(rows[-1][1]))
         return [str(r[1]) for r in rows]
+
+    def query(self, user_id: str) -> Select[Any]:
+        """The select of the next batch."""
+        query = select(self.created, self.ident).where(self.owner == user_id)
+        if self.after is not None:
+            query = query.where(tuple_(self.created, self.ident) > tuple_(*self.after))
+        return query.order_by(self.created, self.ident).limit(BATCH)
 
     def again(self) -> bool:
         """Whether the walk is over (it found nothing from the start either); if not, it
@@ -123,7 +127,7 @@ class _Walk:
 
 
 def _sessions_batch(
-    conn: Connection, user_id: str, walk: _Walk
+    conn: Connection, user_id: str, walk: Walk
 ) -> tuple[bool, list[str], Counter[str]]:
     """(whether any session of the user was left, those deleted, rows deleted per kind)"""
     batch = walk.next_ids(conn, user_id)
@@ -131,7 +135,7 @@ def _sessions_batch(
     return bool(batch), gone, deleted
 
 
-def _workflows_batch(conn: Connection, user_id: str, walk: _Walk) -> tuple[bool, Counter[str]]:
+def _workflows_batch(conn: Connection, user_id: str, walk: Walk) -> tuple[bool, Counter[str]]:
     batch = walk.next_ids(conn, user_id)
     return bool(batch), delete_workflows(conn, batch)
 
