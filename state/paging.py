@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, Engine, Select, and_, or_
+from sqlalchemy import Column, Engine, Select, tuple_
 
 from state.clock import as_utc
 from state.documents import codec
@@ -85,13 +85,28 @@ def fetch(
     index must cover so that a page costs the same on a large table as on a small one."""
     check_limit(limit)
     created, ident = keys
-    if cursor is not None:
-        moment, item_id = decode(cursor)
-        query = query.where(or_(created < moment, and_(created == moment, ident < item_id)))
-    query = query.order_by(created.desc(), ident.desc()).limit(limit + 1)
     with read_connection(engine) as conn:
-        rows = conn.execute(query).all()
+        rows = conn.execute(page_query(query, keys, limit=limit, cursor=cursor)).all()
     more = len(rows) > limit
     last = rows[limit - 1] if more else None
     following = encode(last._mapping[created], last._mapping[ident]) if last else None
     return Page([summarize(row) for row in rows[:limit]], following)
+
+
+def page_query(
+    query: Select[Any],
+    keys: tuple[Column[Any], Column[Any]],
+    *,
+    limit: int,
+    cursor: str | None,
+) -> Select[Any]:
+    """The query :func:`fetch` runs: one more row than ``limit`` (whether there is a
+    next page), after ``cursor``."""
+    created, ident = keys
+    if cursor is not None:
+        moment, item_id = decode(cursor)
+        # A row-value comparison: an index condition on (..., created_at, id), so a page
+        # deep in a listing reads what it returns, like the first (``created < m OR
+        # (created = m AND id < x)`` is only a filter: every newer row is read and dropped).
+        query = query.where(tuple_(created, ident) < tuple_(moment, item_id))
+    return query.order_by(created.desc(), ident.desc()).limit(limit + 1)

@@ -5,17 +5,36 @@ A session's current state (its row, its history, its current revision) is never 
 A revision older than the cutoff is kept while a newer kept revision is recorded as a
 change to it: only revisions below the newest whole-document record older than the
 cutoff go, so every kept revision stays readable.
+
+Each run costs what it deletes, not what is kept. Revisions are found through their
+whole-document records (checkpoints), not by walking every old row: a checkpoint that has
+aged past the cutoff and is not yet a *floor* (``is_floor``: nothing of its session is
+left below it) is due, and the partial index ``ix_revisions_unfloored`` holds only those
+(migration 0023). A batch takes the oldest due checkpoints, deletes each session's rows
+below its newest one and marks that one the floor, which leaves the index. The rows a
+floor keeps are never looked at again until a newer checkpoint ages past the cutoff; with
+nothing due a run reads one index entry.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Delete, Engine, delete, func, select, tuple_
+from sqlalchemy import (
+    Connection,
+    Delete,
+    Engine,
+    Select,
+    delete,
+    select,
+    tuple_,
+    update,
+)
 
 from state.documents.codec import Document
-from state.storage.tables import events, revisions
+from state.storage.tables import UNFLOORED, events, revisions
 
 BATCH = 1000
 MAX_BATCHES = 100
@@ -37,46 +56,88 @@ def prune(
     engine: Engine, cutoff: datetime, batch: int = BATCH, max_batches: int = MAX_BATCHES
 ) -> Pruned:
     """Delete events and revision records older than ``cutoff`` (at most
-    ``batch * max_batches`` of each per run; the next run goes on)."""
-    return Pruned(
-        events=_in_batches(engine, _old_events(cutoff, batch), batch, max_batches),
-        revisions=_in_batches(engine, _old_revisions(cutoff, batch), batch, max_batches),
-    )
-
-
-def _in_batches(engine: Engine, statement: Delete, batch: int, max_batches: int) -> int:
-    total = 0
+    ``max_batches`` batches of each per run; the next run goes on)."""
+    pruned = Pruned()
     for _ in range(max_batches):
         with engine.begin() as conn:
-            deleted = int(conn.execute(statement).rowcount)
-        total += deleted
+            no_jit(conn)
+            deleted = int(conn.execute(old_events(cutoff, batch)).rowcount)
+        pruned.events += deleted
         if deleted < batch:
             break
-    return total
+    for _ in range(max_batches):
+        with engine.begin() as conn:
+            no_jit(conn)
+            found, deleted = revisions_batch(conn, cutoff, batch)
+        pruned.revisions += deleted
+        if found < batch:
+            break
+    return pruned
 
 
-def _old_events(cutoff: datetime, batch: int) -> Delete:
+def no_jit(conn: Connection) -> None:
+    """No JIT compilation for the rest of this transaction: a maintenance batch's
+    statements run once each, in milliseconds, and compiling them cost more (tens of
+    functions per batch)."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("SET LOCAL jit = off")
+
+
+def old_events(cutoff: datetime, batch: int) -> Delete:
+    """One batch of events older than ``cutoff`` (every one of them is due: the oldest
+    first, through ``ix_events_at``, so nothing kept is read)."""
     old = events.alias("old")
     victims = select(old.c.session_id, old.c.seq).where(old.c.at < cutoff).limit(batch)
     return delete(events).where(tuple_(events.c.session_id, events.c.seq).in_(victims))
 
 
-def _old_revisions(cutoff: datetime, batch: int) -> Delete:
-    old, base = revisions.alias("old"), revisions.alias("base")
-    newest_old_base = (
-        select(func.max(base.c.revision))
-        .where(
-            base.c.session_id == old.c.session_id,
-            base.c.doc.is_not(None),
-            base.c.at < cutoff,
-        )
-        .scalar_subquery()
-    )
-    victims = (
-        select(old.c.session_id, old.c.revision)
-        .where(old.c.at < cutoff, old.c.revision < newest_old_base)
+def due_checkpoints(cutoff: datetime, batch: int) -> Select[Any]:
+    """The oldest ``batch`` checkpoints older than ``cutoff`` that are no floor yet (read
+    from ``ix_revisions_unfloored``: its predicate is spelled here as in the index)."""
+    return (
+        select(revisions.c.session_id, revisions.c.revision)
+        .where(UNFLOORED, revisions.c.at < cutoff)
+        .order_by(revisions.c.at)
         .limit(batch)
     )
+
+
+def revisions_batch(conn: Connection, cutoff: datetime, batch: int) -> tuple[int, int]:
+    """Prune below up to ``batch`` due checkpoints; (checkpoints found, rows deleted)."""
+    due = conn.execute(due_checkpoints(cutoff, batch)).all()
+    floors: dict[str, int] = {}
+    for session_id, revision in due:
+        floors[session_id] = max(int(revision), floors.get(session_id, 0))
+    if not floors:
+        return 0, 0
+    deleted = _delete_below(conn, floors, cutoff)
+    pairs = sorted(floors.items())
+    conn.execute(
+        update(revisions)
+        .where(tuple_(revisions.c.session_id, revisions.c.revision).in_(pairs))
+        .values(is_floor=True)
+    )
+    return len(due), deleted
+
+
+def _delete_below(conn: Connection, floors: dict[str, int], cutoff: datetime) -> int:
+    """Delete each session's records below its floor: one range of the primary key per
+    session, nothing else read. (One statement per session: a join of the floors with
+    the table may be planned as a scan of all of it, and statements of one batch cost
+    less than that on any table large enough to matter.)"""
+    return sum(below_floor(conn, session_id, floor, cutoff) for session_id, floor in floors.items())
+
+
+def below_floor(conn: Connection, session_id: str, floor: int, cutoff: datetime) -> int:
+    """Delete the session's records below ``floor`` (all older than ``cutoff``, as every
+    victim is); how many."""
+    return int(conn.execute(below_floor_statement(session_id, floor, cutoff)).rowcount)
+
+
+def below_floor_statement(session_id: str, floor: int, cutoff: datetime) -> Delete:
+    """The statement :func:`below_floor` runs."""
     return delete(revisions).where(
-        tuple_(revisions.c.session_id, revisions.c.revision).in_(victims)
+        revisions.c.session_id == session_id,
+        revisions.c.revision < floor,
+        revisions.c.at < cutoff,
     )

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from datetime import datetime
 from functools import partial
+from typing import Any
 
 import redis
-from sqlalchemy import Connection, Engine, delete, select
+from sqlalchemy import Connection, Engine, Select, delete, select, tuple_
 
 from state.ids import validate_id
 from state.lifecycle.rows import delete_sessions, delete_workflows, in_batch, keyed_by, kind_of
@@ -56,16 +58,23 @@ def erase_user(engine: Engine, client: redis.Redis, user_id: str) -> dict[str, i
     # Schedules first: a tick firing meanwhile (it holds the schedule's row) commits before
     # this, and its message or workflow is then deleted with the rest; none fires after.
     counts.update(in_batch(engine, partial(_automation_rows, user_id=user_id)))
+    sessions_left = Walk(sessions.c.created_at, sessions.c.session_id, sessions.c.user_id)
     while True:
-        found, gone, deleted = in_batch(engine, partial(_sessions_batch, user_id=user_id))
+        found, gone, deleted = in_batch(
+            engine, partial(_sessions_batch, user_id=user_id, walk=sessions_left)
+        )
         counts.update(deleted)
         owned += keys.owned(session_ids=gone)
-        if not found:
+        if not found and sessions_left.again():
             break
-    while True:  # the user's workflows of no session
-        deleted = in_batch(engine, partial(_workflows_batch, user_id=user_id))
+    # The user's workflows of no session.
+    workflows_left = Walk(workflows.c.created_at, workflows.c.workflow_id, workflows.c.user_id)
+    while True:
+        found_any, deleted = in_batch(
+            engine, partial(_workflows_batch, user_id=user_id, walk=workflows_left)
+        )
         counts.update(deleted)
-        if not deleted:
+        if not found_any and workflows_left.again():
             break
     counts.update(in_batch(engine, partial(_user_rows, user_id=user_id)))
     counts["redis_keys"] += drop_keys(client, owned)
@@ -82,32 +91,53 @@ def _automation_rows(conn: Connection, user_id: str) -> Counter[str]:
     return counts
 
 
-def _sessions_batch(conn: Connection, user_id: str) -> tuple[bool, list[str], Counter[str]]:
+class Walk:
+    """A keyset position in the user's rows by (created_at, id), the order of their index
+    (``ix_sessions_user_created``, ``ix_workflows_user_created``): each batch starts
+    where the one before ended instead of reading again, from the start, past the index
+    entries of every row it already deleted. When it runs out it goes back to the start
+    once (:meth:`again`), for a row created meanwhile with an earlier time (or a batch
+    run again after a deadlock, past which the position had moved)."""
+
+    def __init__(self, created: Any, ident: Any, owner: Any) -> None:
+        self.created, self.ident, self.owner = created, ident, owner
+        self.after: tuple[datetime, str] | None = None
+
+    def next_ids(self, conn: Connection, user_id: str) -> list[str]:
+        """The ids of the user's next batch of rows (and the position moves past them)."""
+        rows = conn.execute(self.query(user_id)).all()
+        if rows:
+            self.after = (rows[-1][0], str(rows[-1][1]))
+        return [str(r[1]) for r in rows]
+
+    def query(self, user_id: str) -> Select[Any]:
+        """The select of the next batch."""
+        query = select(self.created, self.ident).where(self.owner == user_id)
+        if self.after is not None:
+            query = query.where(tuple_(self.created, self.ident) > tuple_(*self.after))
+        return query.order_by(self.created, self.ident).limit(BATCH)
+
+    def again(self) -> bool:
+        """Whether the walk is over (it found nothing from the start either); if not, it
+        starts over."""
+        if self.after is None:
+            return True
+        self.after = None
+        return False
+
+
+def _sessions_batch(
+    conn: Connection, user_id: str, walk: Walk
+) -> tuple[bool, list[str], Counter[str]]:
     """(whether any session of the user was left, those deleted, rows deleted per kind)"""
-    batch = [
-        str(r[0])
-        for r in conn.execute(
-            select(sessions.c.session_id)
-            .where(sessions.c.user_id == user_id)
-            .order_by(sessions.c.session_id)
-            .limit(BATCH)
-        )
-    ]
+    batch = walk.next_ids(conn, user_id)
     gone, deleted, _ = delete_sessions(conn, batch, forks_too=True)
     return bool(batch), gone, deleted
 
 
-def _workflows_batch(conn: Connection, user_id: str) -> Counter[str]:
-    batch = [
-        str(r[0])
-        for r in conn.execute(
-            select(workflows.c.workflow_id)
-            .where(workflows.c.user_id == user_id)
-            .order_by(workflows.c.workflow_id)
-            .limit(BATCH)
-        )
-    ]
-    return delete_workflows(conn, batch)
+def _workflows_batch(conn: Connection, user_id: str, walk: Walk) -> tuple[bool, Counter[str]]:
+    batch = walk.next_ids(conn, user_id)
+    return bool(batch), delete_workflows(conn, batch)
 
 
 def _user_rows(conn: Connection, user_id: str) -> Counter[str]:

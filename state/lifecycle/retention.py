@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Delete, Engine, delete, exists, select, tuple
 
 from config import Settings
 from state.clock import utcnow
-from state.events.retention import _old_events, _old_revisions
+from state.events.retention import old_events, revisions_batch
 from state.lifecycle.erase import drop_keys
 from state.lifecycle.rows import delete_sessions, delete_workflows, in_batch
 from state.machine import WAITING_PHASES, Phase
@@ -32,6 +32,9 @@ from state.storage.tables import approvals, inbox, sessions, workflows
 from state.storage.tables_automation import deliveries, schedule_runs
 
 EVENT_BATCH = 5000
+# Checkpoints per batch: each one's session loses up to CHECKPOINT_EVERY records (more on
+# a first run over a backlog), so a batch deletes a few thousand.
+REVISION_BATCH = 200
 SESSION_BATCH = 100
 WORKFLOW_BATCH = 500
 DELETABLE_PHASES = sorted({*WAITING_PHASES, Phase.TIMEOUT, Phase.ERROR})
@@ -63,8 +66,8 @@ def prune_all(
         cutoff = now - timedelta(days=settings.workflows_retain_days)
         counts.update(_prune_workflows(engine, cutoff))
     cutoff = now - timedelta(days=settings.events_retain_days)
-    counts["events"] += _until_done(engine, _old_events(cutoff, EVENT_BATCH), EVENT_BATCH)
-    counts["revisions"] += _until_done(engine, _old_revisions(cutoff, EVENT_BATCH), EVENT_BATCH)
+    counts["events"] += _until_done(engine, old_events(cutoff, EVENT_BATCH), EVENT_BATCH)
+    counts["revisions"] += _prune_revisions(engine, cutoff)
     counts.update(_prune_logs(engine, cutoff))
     return {kind: int(counts[kind]) for kind in (*KINDS, *sorted(set(counts) - set(KINDS)))}
 
@@ -122,6 +125,19 @@ def _prune_workflows(engine: Engine, cutoff: datetime) -> Counter[str]:
         WORKFLOW_BATCH,
     )
     return counts
+
+
+def _prune_revisions(engine: Engine, cutoff: datetime) -> int:
+    """Revision records below each session's newest checkpoint older than ``cutoff``
+    (``state.events.retention``: a batch reads only due checkpoints, never kept rows)."""
+    total = 0
+    while True:
+        found, deleted = in_batch(
+            engine, lambda conn: revisions_batch(conn, cutoff, REVISION_BATCH), quick_commit=True
+        )
+        total += deleted
+        if found < REVISION_BATCH:
+            return total
 
 
 def _prune_logs(engine: Engine, cutoff: datetime) -> Counter[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import ColumnElement, Engine, Select, Table, and_, case, or_, select, update
 
@@ -17,10 +18,9 @@ from state.machine import RESTING_PHASES, WAITING_PHASES, Phase
 from state.session import SessionStatus
 from state.sessions.snapshot import InboxState, Snapshot
 from state.storage.db import read_connection
-from state.storage.tables import inbox, sessions, steps
+from state.storage.tables import UNATTENDED, inbox, sessions, steps
 from state.workflow import WorkflowStepStatus
 from state.workflows.guards import step_at
-from state.workflows.records import PENDING_APPROVAL
 
 # The sweep's re-sends of one item at one revision back off: the n-th waits
 # STUCK_AFTER x 2^n after the one before (at most x RESEND_BACKOFF_MAX), so that work
@@ -57,21 +57,31 @@ def resend_values(table: Table, revision: int, stuck_after: float) -> dict[str, 
 # -- sessions ------------------------------------------------------------------
 
 
+# The phases in which a worker owes the session something (every phase but the waiting
+# ones), named: ``phase IN (...)`` is a range of ``ix_sessions_phase_updated`` per phase,
+# where ``NOT IN`` (waiting) would read every session ever kept.
+ACTIVE_PHASES = tuple(sorted(phase.value for phase in Phase if phase not in WAITING_PHASES))
+
+
 def stuck_sessions(engine: Engine, cutoff: datetime, limit: int) -> list[str]:
     """Sessions mid-turn that made no progress since ``cutoff`` (one parked until a
     person decides an approval is not stuck: it owes no worker anything)."""
     with read_connection(engine) as conn:
-        rows = conn.execute(
-            select(sessions.c.session_id)
-            .where(
-                sessions.c.phase.not_in(tuple(WAITING_PHASES)),
-                sessions.c.updated_at < cutoff,
-                resend_due(sessions),
-            )
-            .order_by(sessions.c.updated_at)
-            .limit(limit)
+        return [r[0] for r in conn.execute(stuck_sessions_query(cutoff, limit))]
+
+
+def stuck_sessions_query(cutoff: datetime, limit: int) -> Select[Any]:
+    """The query :func:`stuck_sessions` runs."""
+    return (
+        select(sessions.c.session_id)
+        .where(
+            sessions.c.phase.in_(ACTIVE_PHASES),
+            sessions.c.updated_at < cutoff,
+            resend_due(sessions),
         )
-        return [r[0] for r in rows]
+        .order_by(sessions.c.updated_at)
+        .limit(limit)
+    )
 
 
 def sessions_waiting_in_inbox(engine: Engine, cutoff: datetime, limit: int) -> list[str]:
@@ -190,33 +200,35 @@ def expire_idle_sessions(engine: Engine, cutoff: datetime) -> int:
 
 def stuck_steps(engine: Engine, cutoff: datetime, limit: int) -> list[tuple[str, str, int, str]]:
     """(workflow_id, step_id, revision, status) of steps with no live task."""
-    # No live task: a running step whose lease expired, or a ready or retrying step
-    # left untouched since ``cutoff``.
+    with read_connection(engine) as conn:
+        rows = conn.execute(stuck_steps_query(cutoff, limit))
+        return [(r[0], r[1], int(r[2]), r[3]) for r in rows]
+
+
+def stuck_steps_query(cutoff: datetime, limit: int) -> Select[Any]:
+    """The query :func:`stuck_steps` runs: a running step whose lease expired (among the
+    running ones, ``ix_steps_owner_running``), or a ready or retrying step left untouched
+    since ``cutoff`` (among those ``ix_steps_unattended`` holds)."""
     expired_lease = and_(
         steps.c.status == WorkflowStepStatus.RUNNING, steps.c.lease_expires_at < time.time()
     )
-    # (One waiting for its approval owes no worker anything: the decision sends it.)
-    # (Nor one parked for its owner's fair share: it waits in the database, by design.)
+    # UNATTENDED, spelled as the index's predicate: not one waiting for its approval (the
+    # decision sends it), nor one parked for its owner's fair share (it waits in the
+    # database, by design). Neither owes a worker anything.
     forgotten = and_(
+        UNATTENDED,
         steps.c.updated_at < cutoff,
-        steps.c.waiting_since.is_(None),
         or_(
-            and_(
-                steps.c.status == WorkflowStepStatus.PENDING,
-                steps.c.remaining_deps == 0,
-                or_(steps.c.approval.is_(None), steps.c.approval != PENDING_APPROVAL),
-            ),
+            and_(steps.c.status == WorkflowStepStatus.PENDING, steps.c.remaining_deps == 0),
             steps.c.status == WorkflowStepStatus.RETRYING,
         ),
     )
-    with read_connection(engine) as conn:
-        rows = conn.execute(
-            select(steps.c.workflow_id, steps.c.step_id, steps.c.revision, steps.c.status)
-            .where(or_(expired_lease, forgotten), resend_due(steps))
-            .order_by(steps.c.updated_at)
-            .limit(limit)
-        )
-        return [(r[0], r[1], int(r[2]), r[3]) for r in rows]
+    return (
+        select(steps.c.workflow_id, steps.c.step_id, steps.c.revision, steps.c.status)
+        .where(or_(expired_lease, forgotten), resend_due(steps))
+        .order_by(steps.c.updated_at)
+        .limit(limit)
+    )
 
 
 def note_step_recovery(

@@ -145,6 +145,15 @@ _QUEUED = text("state = 'queued'")
 _UNDECIDED = text("decision IS NULL")
 _RUNNING = text("status = 'running'")
 _WAITING = text("waiting_since IS NOT NULL")
+# Revision checkpoints retention has not yet made a floor (nothing of the session below
+# them is left): only these can be due (``state.events.retention``, migration 0023).
+UNFLOORED = text("doc IS NOT NULL AND is_floor = false")
+# Ready steps that owe a worker something: not waiting for an approval, not parked for
+# their owner's fair share (the recovery sweep's look for lost ones, migration 0023).
+UNATTENDED = text(
+    "status IN ('pending', 'retrying') AND waiting_since IS NULL "
+    "AND (approval IS NULL OR approval <> 'pending')"
+)
 
 
 class InboxRow(Base):
@@ -272,6 +281,12 @@ class StepRow(Base):
             postgresql_where=_WAITING,
             sqlite_where=_WAITING,
         ),
+        Index(
+            "ix_steps_unattended",
+            "updated_at",
+            postgresql_where=UNATTENDED,
+            sqlite_where=UNATTENDED,
+        ),
         # Room for a dependent's countdown to be a HOT update (migration 0008).
         {"postgresql_with": {"fillfactor": 80}},
     )
@@ -337,8 +352,14 @@ class RevisionRow(Base):
     doc: Mapped[str | None] = mapped_column(JSONText)
     # JSON text: nothing queries into it, and text is about half the size of JSONB here.
     patch: Mapped[str | None] = mapped_column(Text)
+    # Retention deleted every record of the session below this checkpoint (migration 0023).
+    is_floor: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=false())
 
-    __table_args__ = (Index("ix_revisions_at", "at"),)
+    __table_args__ = (
+        Index("ix_revisions_at", "at"),
+        # The checkpoints retention may still have to prune below, oldest first.
+        Index("ix_revisions_unfloored", "at", postgresql_where=UNFLOORED, sqlite_where=UNFLOORED),
+    )
 
 
 class ApprovalRow(Base):
