@@ -74,34 +74,36 @@ def stuck_sessions(engine: Engine, cutoff: datetime, limit: int) -> list[str]:
         return [r[0] for r in rows]
 
 
-def sessions_waiting_in_inbox(engine: Engine, cutoff: datetime, limit: int) -> list[str]:
+def sessions_waiting_in_inbox(
+    engine: Engine, cutoff: datetime, limit: int, sent_before: datetime | None = None
+) -> list[str]:
     """Resting sessions with a message queued since before ``cutoff``, not looked at since
     (its kick may be lost). A recovery attempt touches the session, so each is retried at
-    most once per ``stuck_after``."""
+    most once per ``stuck_after``. With ``sent_before`` (the oldest message the broker
+    still holds was sent then), only sessions whose every kick went before it: a kick
+    sent later is still in the queue."""
     with read_connection(engine) as conn:
-        return [r[0] for r in conn.execute(waiting_in_inbox_query(cutoff, limit))]
+        return [r[0] for r in conn.execute(waiting_in_inbox_query(cutoff, limit, sent_before))]
 
 
-def waiting_in_inbox_query(cutoff: datetime, limit: int) -> Select[str]:
+def waiting_in_inbox_query(
+    cutoff: datetime, limit: int, sent_before: datetime | None = None
+) -> Select[str]:
     """The query :func:`sessions_waiting_in_inbox` runs (its waiting messages are found
     through the partial index of queued ones, ``ix_inbox_session_queued``)."""
-    return (
-        select(sessions.c.session_id)
-        .where(
-            sessions.c.phase.in_(tuple(RESTING_PHASES)),
-            sessions.c.updated_at < cutoff,
-            resend_due(sessions),
-            select(inbox.c.message_id)
-            .where(
-                inbox.c.session_id == sessions.c.session_id,
-                inbox.c.state == InboxState.QUEUED,
-                inbox.c.created_at < cutoff,
-            )
-            .exists(),
+    queued = and_(inbox.c.session_id == sessions.c.session_id, inbox.c.state == InboxState.QUEUED)
+    where = [
+        sessions.c.phase.in_(tuple(RESTING_PHASES)),
+        sessions.c.updated_at < cutoff,
+        resend_due(sessions),
+        select(inbox.c.message_id).where(queued, inbox.c.created_at < cutoff).exists(),
+    ]
+    if sent_before is not None:
+        where.append(sessions.c.updated_at < sent_before)
+        where.append(
+            ~select(inbox.c.message_id).where(queued, inbox.c.created_at >= sent_before).exists()
         )
-        .order_by(sessions.c.updated_at)
-        .limit(limit)
-    )
+    return select(sessions.c.session_id).where(*where).order_by(sessions.c.updated_at).limit(limit)
 
 
 def note_session_recovery(
@@ -188,8 +190,12 @@ def expire_idle_sessions(engine: Engine, cutoff: datetime) -> int:
 # -- workflow steps ------------------------------------------------------------
 
 
-def stuck_steps(engine: Engine, cutoff: datetime, limit: int) -> list[tuple[str, str, int, str]]:
-    """(workflow_id, step_id, revision, status) of steps with no live task."""
+def stuck_steps(
+    engine: Engine, cutoff: datetime, limit: int, sent_before: datetime | None = None
+) -> list[tuple[str, str, int, str]]:
+    """(workflow_id, step_id, revision, status) of steps with no live task. With
+    ``sent_before`` (the oldest step the broker still holds was sent then), a ready step
+    sent after it is still in the queue, not forgotten."""
     # No live task: a running step whose lease expired, or a ready or retrying step
     # left untouched since ``cutoff``.
     expired_lease = and_(
@@ -198,7 +204,7 @@ def stuck_steps(engine: Engine, cutoff: datetime, limit: int) -> list[tuple[str,
     # (One waiting for its approval owes no worker anything: the decision sends it.)
     # (Nor one parked for its owner's fair share: it waits in the database, by design.)
     forgotten = and_(
-        steps.c.updated_at < cutoff,
+        steps.c.updated_at < (cutoff if sent_before is None else min(cutoff, sent_before)),
         steps.c.waiting_since.is_(None),
         or_(
             and_(
