@@ -10,7 +10,9 @@ A phase that kills its worker is delivered again by the broker (flagged redelive
 the turn engine counts that; a step whose claim's lease ran out is counted here, unless
 the sweep already sent it again at that revision and no worker claimed it since (then it
 merely waits in the queue). Work that merely waits is never given up, however long the
-queue, and the sweep's re-sends of it back off (STUCK_AFTER, then 2x, 4x, ... 16x), so a
+queue, and is not re-sent while the broker still holds its message: work last sent after
+the oldest message still queued (Dispatcher.oldest_queued) is left alone. Where the broker
+cannot tell (RabbitMQ), the re-sends back off (STUCK_AFTER, then 2x, 4x, ... 16x), so a
 backlog is not multiplied by its own re-sends. Each sweep also releases the steps parked
 for their owner's fair share that have room (state.workflows.fairshare).
 """

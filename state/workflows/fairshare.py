@@ -1,6 +1,7 @@
 """Fair share of workers between users: at most AGENTSTATE_USER_STEP_CONCURRENCY running
-steps per owner; a ready step beyond it waits in the database and is released, oldest
-first, as that owner's running steps finish.
+steps per owner (work of no owner counts as one more, ""), and at most the fleet's cap
+(state.workflows.fleet: a child kept for turns) in all; a ready step beyond either waits
+in the database and is released, oldest first, as running steps finish.
 
 The check sits in the claim (one place every non-quick step goes through): a claim is
 refused while the owner has ``cap`` steps running, and the refused step is *parked*
