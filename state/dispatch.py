@@ -36,6 +36,11 @@ class Dispatcher(Protocol):
     def backlog(self) -> int | None:
         """How many messages wait in the queue (None if the broker cannot tell)."""
 
+    def oldest_queued(self, steps: bool = False) -> float | None:
+        """When the oldest of our messages still waiting in the turns' queue (or the
+        steps', if ``steps``) was sent (epoch seconds); None if none waits or the broker
+        cannot tell. Anything sent after it is still queued: the sweep leaves it be."""
+
 
 class RecordingDispatcher:
     """Collects dispatches instead of sending them (pure-logic tests, dry runs)."""
@@ -70,3 +75,6 @@ class RecordingDispatcher:
 
     def backlog(self) -> int | None:
         return len(self.sent)
+
+    def oldest_queued(self, steps: bool = False) -> float | None:
+        return None

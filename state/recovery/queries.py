@@ -84,34 +84,36 @@ def stuck_sessions_query(cutoff: datetime, limit: int) -> Select[Any]:
     )
 
 
-def sessions_waiting_in_inbox(engine: Engine, cutoff: datetime, limit: int) -> list[str]:
+def sessions_waiting_in_inbox(
+    engine: Engine, cutoff: datetime, limit: int, sent_before: datetime | None = None
+) -> list[str]:
     """Resting sessions with a message queued since before ``cutoff``, not looked at since
     (its kick may be lost). A recovery attempt touches the session, so each is retried at
-    most once per ``stuck_after``."""
+    most once per ``stuck_after``. With ``sent_before`` (the oldest message the broker
+    still holds was sent then), only sessions whose every kick went before it: a kick
+    sent later is still in the queue."""
     with read_connection(engine) as conn:
-        return [r[0] for r in conn.execute(waiting_in_inbox_query(cutoff, limit))]
+        return [r[0] for r in conn.execute(waiting_in_inbox_query(cutoff, limit, sent_before))]
 
 
-def waiting_in_inbox_query(cutoff: datetime, limit: int) -> Select[str]:
+def waiting_in_inbox_query(
+    cutoff: datetime, limit: int, sent_before: datetime | None = None
+) -> Select[str]:
     """The query :func:`sessions_waiting_in_inbox` runs (its waiting messages are found
     through the partial index of queued ones, ``ix_inbox_session_queued``)."""
-    return (
-        select(sessions.c.session_id)
-        .where(
-            sessions.c.phase.in_(tuple(RESTING_PHASES)),
-            sessions.c.updated_at < cutoff,
-            resend_due(sessions),
-            select(inbox.c.message_id)
-            .where(
-                inbox.c.session_id == sessions.c.session_id,
-                inbox.c.state == InboxState.QUEUED,
-                inbox.c.created_at < cutoff,
-            )
-            .exists(),
+    queued = and_(inbox.c.session_id == sessions.c.session_id, inbox.c.state == InboxState.QUEUED)
+    where = [
+        sessions.c.phase.in_(tuple(RESTING_PHASES)),
+        sessions.c.updated_at < cutoff,
+        resend_due(sessions),
+        select(inbox.c.message_id).where(queued, inbox.c.created_at < cutoff).exists(),
+    ]
+    if sent_before is not None:
+        where.append(sessions.c.updated_at < sent_before)
+        where.append(
+            ~select(inbox.c.message_id).where(queued, inbox.c.created_at >= sent_before).exists()
         )
-        .order_by(sessions.c.updated_at)
-        .limit(limit)
-    )
+    return select(sessions.c.session_id).where(*where).order_by(sessions.c.updated_at).limit(limit)
 
 
 def note_session_recovery(
@@ -198,14 +200,20 @@ def expire_idle_sessions(engine: Engine, cutoff: datetime) -> int:
 # -- workflow steps ------------------------------------------------------------
 
 
-def stuck_steps(engine: Engine, cutoff: datetime, limit: int) -> list[tuple[str, str, int, str]]:
-    """(workflow_id, step_id, revision, status) of steps with no live task."""
+def stuck_steps(
+    engine: Engine, cutoff: datetime, limit: int, sent_before: datetime | None = None
+) -> list[tuple[str, str, int, str]]:
+    """(workflow_id, step_id, revision, status) of steps with no live task. With
+    ``sent_before`` (the oldest step the broker still holds was sent then), a ready step
+    sent after it is still in the queue, not forgotten."""
     with read_connection(engine) as conn:
-        rows = conn.execute(stuck_steps_query(cutoff, limit))
+        rows = conn.execute(stuck_steps_query(cutoff, limit, sent_before))
         return [(r[0], r[1], int(r[2]), r[3]) for r in rows]
 
 
-def stuck_steps_query(cutoff: datetime, limit: int) -> Select[Any]:
+def stuck_steps_query(
+    cutoff: datetime, limit: int, sent_before: datetime | None = None
+) -> Select[Any]:
     """The query :func:`stuck_steps` runs: a running step whose lease expired (among the
     running ones, ``ix_steps_owner_running``), or a ready or retrying step left untouched
     since ``cutoff`` (among those ``ix_steps_unattended`` holds)."""
@@ -217,7 +225,7 @@ def stuck_steps_query(cutoff: datetime, limit: int) -> Select[Any]:
     # database, by design). Neither owes a worker anything.
     forgotten = and_(
         UNATTENDED,
-        steps.c.updated_at < cutoff,
+        steps.c.updated_at < (cutoff if sent_before is None else min(cutoff, sent_before)),
         or_(
             and_(steps.c.status == WorkflowStepStatus.PENDING, steps.c.remaining_deps == 0),
             steps.c.status == WorkflowStepStatus.RETRYING,

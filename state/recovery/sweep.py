@@ -10,7 +10,9 @@ A phase that kills its worker is delivered again by the broker (flagged redelive
 the turn engine counts that; a step whose claim's lease ran out is counted here, unless
 the sweep already sent it again at that revision and no worker claimed it since (then it
 merely waits in the queue). Work that merely waits is never given up, however long the
-queue, and the sweep's re-sends of it back off (STUCK_AFTER, then 2x, 4x, ... 16x), so a
+queue, and is not re-sent while the broker still holds its message: work last sent after
+the oldest message still queued (Dispatcher.oldest_queued) is left alone. Where the broker
+cannot tell (RabbitMQ), the re-sends back off (STUCK_AFTER, then 2x, 4x, ... 16x), so a
 backlog is not multiplied by its own re-sends. Each sweep also releases the steps parked
 for their owner's fair share that have room (state.workflows.fairshare).
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 
 import redis
@@ -49,6 +51,9 @@ from state.workflows.engine import WorkflowEngine
 logger = logging.getLogger(__name__)
 
 BATCH = 500
+# Clocks of the processes that send messages and write rows may differ a little: work
+# sent this long before the oldest queued message may still be queued.
+QUEUED_MARGIN_S = 1.0
 # What a sweep did that took lost or stuck work up again (the rest of its report is what
 # it found and left: busy sessions, errors).
 RECOVERIES = (
@@ -102,9 +107,10 @@ class RecoverySweep:
             return report
         try:
             cutoff = utcnow() - timedelta(seconds=self.settings.stuck_after)
-            self._sessions(cutoff, report)
-            self._inboxes(cutoff, report)
-            self._steps(cutoff, report)
+            turns_sent, steps_sent = self._queued_since(False), self._queued_since(True)
+            self._sessions(cutoff if turns_sent is None else min(cutoff, turns_sent), report)
+            self._inboxes(cutoff, report, turns_sent)
+            self._steps(cutoff, report, steps_sent)
             self._overdue_steps(report)
             report.steps_released += len(self.workflows.share.release_all())
         finally:
@@ -114,6 +120,16 @@ class RecoverySweep:
         if any(counts.values()):
             logger.warning("recovery sweep: %s", counts)
         return report
+
+    def _queued_since(self, steps: bool) -> datetime | None:
+        """Work sent after this may still wait in the broker's queue (its oldest message
+        was sent then, less a margin for clocks): only work sent before it may be lost.
+        None: the queue is empty, or the broker cannot tell (then the re-sends of merely
+        waiting work back off, as before)."""
+        sent = self.services.dispatcher.oldest_queued(steps)
+        if sent is None:
+            return None
+        return datetime.fromtimestamp(sent - QUEUED_MARGIN_S, UTC)
 
     def _each(self, report: SweepReport, what: str, item: str, act: Callable[[], None]) -> None:
         # One bad item (a document from newer code, a race lost to a live worker) must
@@ -167,8 +183,9 @@ class RecoverySweep:
             self.turns.resume(moved)
             report.sessions_resumed += 1
 
-    def _inboxes(self, cutoff: datetime, report: SweepReport) -> None:
-        for session_id in sessions_waiting_in_inbox(self.services.sessions.engine, cutoff, BATCH):
+    def _inboxes(self, cutoff: datetime, report: SweepReport, sent: datetime | None) -> None:
+        engine = self.services.sessions.engine
+        for session_id in sessions_waiting_in_inbox(engine, cutoff, BATCH, sent):
             act = partial(self._inbox, session_id, report)
             self._each(report, "inbox of", session_id, act)
 
@@ -194,9 +211,9 @@ class RecoverySweep:
         self.services.dispatcher.phase(Phase.UNDERSTANDING, session_id, None)
         report.turns_started += 1
 
-    def _steps(self, cutoff: datetime, report: SweepReport) -> None:
+    def _steps(self, cutoff: datetime, report: SweepReport, sent: datetime | None) -> None:
         engine = self.workflows.store.engine
-        for workflow_id, step_id, revision, status in stuck_steps(engine, cutoff, BATCH):
+        for workflow_id, step_id, revision, status in stuck_steps(engine, cutoff, BATCH, sent):
             lost = status == WorkflowStepStatus.RUNNING
             act = partial(self._step, workflow_id, step_id, revision, lost, report)
             self._each(report, "step", f"{workflow_id}/{step_id}", act)

@@ -1,6 +1,7 @@
 """Fair share of workers between users: at most AGENTSTATE_USER_STEP_CONCURRENCY running
-steps per owner; a ready step beyond it waits in the database and is released, oldest
-first, as that owner's running steps finish.
+steps per owner (work of no owner counts as one more, ""), and at most the fleet's cap
+(state.workflows.fleet: a child kept for turns) in all; a ready step beyond either waits
+in the database and is released, oldest first, as running steps finish.
 
 The check sits in the claim (one place every non-quick step goes through): a claim is
 refused while the owner has ``cap`` steps running, and the refused step is *parked*
@@ -28,7 +29,7 @@ from state.storage import keys
 from state.storage.db import read_connection
 from state.storage.tables import steps, workflows
 from state.workflow import WorkflowStepStatus
-from state.workflows.fleet import Fleet
+from state.workflows.fleet import Fleet, fleet_running, running_anywhere
 from state.workflows.guards import step_at
 from state.workflows.records import APPROVED
 
@@ -88,7 +89,7 @@ class FairShare:
         that now have room; return them. Under a fleet cap the room may be any owner's,
         so waiting owners are served in turn; else only this workflow's owner's."""
         if self.fleet_cap() > 0:
-            return self.release_all()
+            return self.send(self._into_fleet_room(self.fleet_cap()))
         if self.cap <= 0:
             return []  # no cap: nothing parked
         return self.send(release(self.engine, self.owner(workflow_id), self.cap))
@@ -134,7 +135,16 @@ class FairShare:
         if fleet_cap <= 0:
             batches = [release(self.engine, owner, self.cap) for owner in owners]
             return self.send(round_robin(batches))
+        return self.send(self._into_fleet_room(fleet_cap))
+
+    def _into_fleet_room(self, fleet_cap: int) -> list[Released]:
+        """Un-park steps into the fleet's room, one owner's step at a time (the owner
+        waiting longest first), each within its owner's share."""
         room = fleet_cap - fleet_running(self.engine)
+        if room <= 0:
+            return []  # nothing is looked at while the fleet is full: one count
+        # Owners with room in their share (one at its cap must not hold the others back).
+        owners = waiting_owners(self.engine, limit=room, below_cap=self.cap)
         released: list[Released] = []
         while room > 0 and owners:
             # One step of each owner in turn; an owner with no room (or none left) drops out.
@@ -144,7 +154,7 @@ class FairShare:
                     owners.remove(owner)
                 released.extend(one)
                 room -= len(one)
-        return self.send(released)
+        return released
 
     def _hint(self, owner: str, value: bool | None = None) -> bool | None:
         """Read (``value`` None) or set the owner's held-steps hint; None if unknown (no
@@ -185,24 +195,10 @@ def under_cap(cap: int, fleet_cap: int = 0) -> ColumnElement[bool]:
     if cap > 0:
         conditions.append(or_(taken_over, running < cap))
     if fleet_cap > 0:
-        conditions.append(or_(taken_over, _fleet_running() < fleet_cap))
+        conditions.append(or_(taken_over, running_anywhere() < fleet_cap))
     if not conditions:
         return steps.c.status.is_not(None)  # always true, keeps one statement shape
     return and_(*conditions)
-
-
-def _fleet_running() -> ColumnElement[int]:
-    """Claimed steps running anywhere with a live lease (a lost worker's stops counting
-    when its lease runs out), as a subquery of the claim."""
-    return (
-        select(func.count())
-        .select_from(_running)
-        .where(
-            _running.c.status == WorkflowStepStatus.RUNNING,
-            _running.c.lease_expires_at > time.time(),
-        )
-        .scalar_subquery()
-    )
 
 
 def lock_owner(conn: Connection, owner: str) -> None:
@@ -210,27 +206,6 @@ def lock_owner(conn: Connection, owner: str) -> None:
     SQLite has one writer at a time anyway): claims and releases count in turn."""
     if conn.dialect.name == "postgresql":
         conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"steps:{owner}"))))
-
-
-def lock_fleet(conn: Connection) -> None:
-    """Take the fleet's lock for the rest of ``conn``'s transaction (after the owner's,
-    never before): capped claims count the fleet's running steps in turn."""
-    if conn.dialect.name == "postgresql":
-        conn.execute(select(func.pg_advisory_xact_lock(func.hashtext("steps:*fleet*"))))
-
-
-def fleet_running(engine: Engine) -> int:
-    """Claimed steps running anywhere with a live lease."""
-    with read_connection(engine) as conn:
-        count = conn.execute(
-            select(func.count())
-            .select_from(steps)
-            .where(
-                steps.c.status == WorkflowStepStatus.RUNNING,
-                steps.c.lease_expires_at > time.time(),
-            )
-        ).scalar()
-    return int(count or 0)
 
 
 def park(engine: Engine, workflow_id: str, step_id: str, revision: int) -> bool:
@@ -328,12 +303,22 @@ def hand_over(engine: Engine, owner: str) -> list[Released] | None:
     return []
 
 
-def waiting_owners(engine: Engine, limit: int = RELEASE_OWNERS) -> list[str]:
-    """Owners with parked steps, the longest waiting first (the sweep's round robin)."""
+def waiting_owners(engine: Engine, limit: int = RELEASE_OWNERS, below_cap: int = 0) -> list[str]:
+    """Owners with parked steps, the longest waiting first (the sweep's round robin); with
+    ``below_cap``, only those running fewer steps than that (room in their share)."""
+    running = (
+        select(func.count())
+        .select_from(_running)
+        .where(_running.c.owner == steps.c.owner, _running.c.status == WorkflowStepStatus.RUNNING)
+        .scalar_subquery()
+    )
+    where: list[ColumnElement[bool]] = [steps.c.waiting_since.is_not(None)]
+    if below_cap > 0:
+        where.append(running < below_cap)
     with read_connection(engine) as conn:
         rows = conn.execute(
             select(steps.c.owner)
-            .where(steps.c.waiting_since.is_not(None))
+            .where(*where)
             .group_by(steps.c.owner)
             .order_by(func.min(steps.c.waiting_since))
             .limit(limit)

@@ -18,13 +18,20 @@ from __future__ import annotations
 import time
 
 import redis
+from sqlalchemy import ColumnElement, Connection, Engine, func, select
+from sqlalchemy.orm import aliased
 
 from state.storage import keys
+from state.storage.db import read_connection
+from state.storage.tables import steps
+from state.workflow import WorkflowStepStatus
 
 ANNOUNCE_EVERY_S = 5.0
 ALIVE_FOR_S = 20.0
 # How long a process trusts the count it read (a claim reads it at most this often).
 CACHED_FOR_S = 2.0
+
+_running = aliased(steps)
 
 
 def announce(client: redis.Redis, queue: str, node: str, children: int, serves: str) -> None:
@@ -96,3 +103,38 @@ class Fleet:
                 self._cap = 0  # without Redis the per-user caps still hold
             self._read_at = now
         return self._cap
+
+
+def running_anywhere() -> ColumnElement[int]:
+    """Claimed steps running anywhere with a live lease (a lost worker's stops counting
+    when its lease runs out), as a subquery of the claim."""
+    return (
+        select(func.count())
+        .select_from(_running)
+        .where(
+            _running.c.status == WorkflowStepStatus.RUNNING,
+            _running.c.lease_expires_at > time.time(),
+        )
+        .scalar_subquery()
+    )
+
+
+def lock_fleet(conn: Connection) -> None:
+    """Take the fleet's lock for the rest of ``conn``'s transaction (after the owner's,
+    never before): capped claims count the fleet's running steps in turn."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(select(func.pg_advisory_xact_lock(func.hashtext("steps:*fleet*"))))
+
+
+def fleet_running(engine: Engine) -> int:
+    """Claimed steps running anywhere with a live lease."""
+    with read_connection(engine) as conn:
+        count = conn.execute(
+            select(func.count())
+            .select_from(steps)
+            .where(
+                steps.c.status == WorkflowStepStatus.RUNNING,
+                steps.c.lease_expires_at > time.time(),
+            )
+        ).scalar()
+    return int(count or 0)

@@ -25,7 +25,8 @@ from state.storage.tables import steps
 from state.workflow import WorkflowState, WorkflowStepStatus
 from state.workflows import control, propagation
 from state.workflows.creation import insert_workflow
-from state.workflows.fairshare import lock_fleet, lock_owner, under_cap
+from state.workflows.fairshare import lock_owner, under_cap
+from state.workflows.fleet import lock_fleet
 from state.workflows.guards import (
     awaiting,
     claim_guard,

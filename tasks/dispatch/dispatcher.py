@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from amqp.exceptions import ChannelError
@@ -9,10 +10,12 @@ from celery import Celery
 
 from config.brokers import Broker
 from config.settings import STEP_QUEUE_SUFFIX
-from tasks.dispatch.publisher import DirectPublisher
+from tasks.dispatch.publisher import SENT_HEADER, DirectPublisher, sent_at
 from tasks.observability import tracing
 
 PHASE_TASK = "agentstate.phase.{}"
+# Messages at a queue's oldest end looked at for our send time (past others' messages).
+PEEK_MESSAGES = 16
 TIMEOUT_TASK = "agentstate.session.timeout"
 STEP_TASK = "agentstate.workflow.step"
 WEBHOOK_TASK = "agentstate.webhooks.deliver"
@@ -105,8 +108,7 @@ class CeleryDispatcher:
             return
         if queue is not None:
             options["queue"] = queue
-        if headers:
-            options["headers"] = headers
+        options["headers"] = {**(headers or {}), SENT_HEADER: sent_at()}
         self.app.send_task(name, args=args, argsrepr=argsrepr, kwargsrepr="{}", **options)
 
     def _countdown(self, delay_s: float) -> float:
@@ -123,3 +125,28 @@ class CeleryDispatcher:
             return 0
         except Exception:  # the broker is down or cannot tell: assume nothing
             return None
+
+    def oldest_queued(self, steps: bool = False) -> float | None:
+        """When the oldest of our messages waiting in the turns' (or steps') queue was
+        sent; None if none waits, or the broker cannot tell (RabbitMQ cannot be looked
+        into without taking messages: there the sweep backs off as before).
+
+        On Redis a queue is a list, pushed on the left and popped on the right: the
+        oldest messages are at its right end. Messages another sender put there without
+        our header (beat's) are looked past, a few at most."""
+        queue = (self.step_queue if steps else None) or self.app.conf.task_default_queue
+        try:
+            with self.app.connection_for_read() as conn:
+                client = getattr(conn.default_channel, "client", None)
+                if client is None or not hasattr(client, "lrange"):
+                    return None
+                oldest = client.lrange(queue, -PEEK_MESSAGES, -1)
+        except Exception:  # the broker is down or is not Redis: assume nothing
+            return None
+        for raw in reversed(oldest):
+            try:
+                sent = json.loads(raw).get("headers", {}).get(SENT_HEADER)
+                return float(sent)
+            except (ValueError, TypeError, AttributeError):
+                continue
+        return None

@@ -53,6 +53,14 @@ _DELIVERY_MODES = {"persistent": 2, "transient": 1}
 # send_task's path.
 _ROUTING_OPTIONS = ("queue", "exchange", "routing_key", "priority", "expires")
 _WATCHED = (signals.before_task_publish, signals.after_task_publish)
+# When the message was sent: the recovery sweep reads it off the oldest message still
+# queued, and leaves alone work sent after it (still queued, not lost).
+SENT_HEADER = "agentstate_sent"
+
+
+def sent_at() -> str:
+    """The value of SENT_HEADER for a message sent now."""
+    return f"{time.time():.3f}"
 
 
 class _KombuMessages:
@@ -195,6 +203,7 @@ class DirectPublisher:
         )
         if extra_headers:
             headers.update(extra_headers)  # as send_task(headers=...) adds them
+        headers[SENT_HEADER] = sent_at()
         # Celery copies these into the properties too; so do we, byte for byte.
         properties.update(argsrepr=argsrepr, kwargsrepr="{}")
         content_type, content_encoding, data = dumps(body, serializer="json")  # type: ignore[no-untyped-call]

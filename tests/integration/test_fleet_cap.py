@@ -17,7 +17,8 @@ from state.storage.tables import steps
 from state.workflows import fleet
 from state.workflows.creation import insert_workflow
 from state.workflows.engine import WorkflowEngine
-from state.workflows.fairshare import fleet_running
+from state.workflows.fairshare import park
+from state.workflows.fleet import fleet_running
 from state.workflows.store import WorkflowStore
 from tasks.actions import get_action, known_actions
 from tasks.worker.fleet import serves
@@ -146,3 +147,24 @@ def _ownerless_running(workflows: WorkflowEngine) -> int:
             select(func.count()).where(steps.c.owner == "", steps.c.status == "running")
         ).scalar()
     return int(count or 0)
+
+
+def test_an_owner_at_its_cap_does_not_hold_the_fleets_room_from_others(
+    pg_settings: Settings, redis_client: redis.Redis
+) -> None:
+    settings = pg_settings.model_copy(update={"queue": uid("q"), "user_step_concurrency": 1})
+    workflows = _engine(settings, redis_client)
+    already = fleet_running(workflows.store.engine)
+    # Room for two claimed steps in the fleet: alice's running one, and one more.
+    fleet.announce(redis_client, settings.queue, "w1@h", already + 3, "both")
+    alice, bob = _owned(workflows, uid("alice"), 2), _owned(workflows, uid("bob"), 1)
+    owner = workflows.share.owner(alice)
+    cap = {"cap": 1, "fleet_cap": workflows.share.fleet_cap()}
+    assert workflows.store.claim(alice, "s0", 0, 60.0, "a0", owner=owner, **cap)
+    # Alice's second step waits for her share (the longest waiting owner from now on).
+    assert workflows.run_step(alice, "s1", 0, "a1") == "waiting"
+    assert park(workflows.store.engine, bob, "s0", 0)
+    released = [r for r in workflows.share.release(alice) if r[0] in (alice, bob)]
+    # The fleet has room for one; alice has none, bob has: his step goes, hers waits.
+    assert [(wf, sid) for wf, sid, _ in released] == [(bob, "s0")]
+    _finish(workflows, alice, bob)
