@@ -25,7 +25,7 @@ from config import Settings
 from state.clock import utcnow
 from state.events.retention import old_events, revisions_batch
 from state.lifecycle.erase import drop_keys
-from state.lifecycle.rows import delete_sessions, delete_workflows, in_batch
+from state.lifecycle.rows import delete_sessions, delete_workflows, in_batch, pacing
 from state.machine import WAITING_PHASES, Phase
 from state.storage import keys
 from state.storage.tables import approvals, inbox, sessions, workflows
@@ -56,8 +56,15 @@ KINDS = (
 def prune_all(
     engine: Engine, client: redis.Redis, settings: Settings, now: datetime | None = None
 ) -> dict[str, int]:
-    """Delete all that is due now; rows (and Redis keys) deleted per kind."""
-    now = now or utcnow()
+    """Delete all that is due now; rows (and Redis keys) deleted per kind. After each
+    batch it pauses as Settings.maintenance_pace says."""
+    with pacing(settings.maintenance_pace):
+        return _prune_all(engine, client, settings, now or utcnow())
+
+
+def _prune_all(
+    engine: Engine, client: redis.Redis, settings: Settings, now: datetime
+) -> dict[str, int]:
     counts: Counter[str] = Counter()
     if settings.sessions_retain_days is not None:
         cutoff = now - timedelta(days=settings.sessions_retain_days)
