@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime, timedelta
+from functools import partial
 
 import redis
 from sqlalchemy import Connection, Delete, Engine, delete, exists, select, tuple_
@@ -81,31 +82,42 @@ def _prune_all(
 
 def _prune_sessions(engine: Engine, client: redis.Redis, cutoff: datetime) -> Counter[str]:
     counts: Counter[str] = Counter()
+    # Phase by phase, oldest first, each batch from where the one before stopped: a range
+    # of ix_sessions_phase_updated, never the sessions kept (nor, again, one with a
+    # message queued, passed over).
+    for phase in DELETABLE_PHASES:
+        after: tuple[datetime, str] | None = None
+        while True:
+            work = partial(_sessions_batch, phase=phase, cutoff=cutoff, after=after)
+            found, gone, deleted = in_batch(engine, work, quick_commit=True)
+            counts.update(deleted)
+            counts["redis_keys"] += drop_keys(client, keys.owned(session_ids=gone))
+            if len(found) < SESSION_BATCH:
+                break
+            after = found[-1]
+    return counts
+
+
+def _sessions_batch(
+    conn: Connection, phase: str, cutoff: datetime, after: tuple[datetime, str] | None
+) -> tuple[list[tuple[datetime, str]], list[str], Counter[str]]:
+    """(the (updated_at, id) of the sessions found due, those deleted, rows per kind)"""
     queued = exists().where(inbox.c.session_id == sessions.c.session_id, inbox.c.state == "queued")
+    query = select(sessions.c.updated_at, sessions.c.session_id).where(
+        sessions.c.phase == phase, sessions.c.updated_at < cutoff, ~queued
+    )
+    if after is not None:
+        query = query.where(tuple_(sessions.c.updated_at, sessions.c.session_id) > tuple_(*after))
+    found = [
+        (r[0], str(r[1]))
+        for r in conn.execute(
+            query.order_by(sessions.c.updated_at, sessions.c.session_id).limit(SESSION_BATCH)
+        )
+    ]
     # Checked again under the row lock when deleting: a session touched meanwhile stays.
     due = sessions.c.phase.in_(DELETABLE_PHASES) & (sessions.c.updated_at < cutoff) & ~queued
-    after = ""
-
-    def one_batch(conn: Connection) -> tuple[list[str], list[str], Counter[str]]:
-        batch = [
-            str(r[0])
-            for r in conn.execute(
-                select(sessions.c.session_id)
-                .where(due, sessions.c.session_id > after)
-                .order_by(sessions.c.session_id)
-                .limit(SESSION_BATCH)
-            )
-        ]
-        gone, deleted, _ = delete_sessions(conn, batch, due)
-        return batch, gone, deleted
-
-    while True:
-        batch, gone, deleted = in_batch(engine, one_batch, quick_commit=True)
-        counts.update(deleted)
-        counts["redis_keys"] += drop_keys(client, keys.owned(session_ids=gone))
-        if len(batch) < SESSION_BATCH:
-            return counts
-        after = batch[-1]
+    gone, deleted, _ = delete_sessions(conn, [session_id for _, session_id in found], due)
+    return found, gone, deleted
 
 
 def _prune_workflows(engine: Engine, cutoff: datetime) -> Counter[str]:
