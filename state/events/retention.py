@@ -27,6 +27,7 @@ from sqlalchemy import (
     Delete,
     Engine,
     Select,
+    bindparam,
     delete,
     select,
     tuple_,
@@ -122,20 +123,18 @@ def revisions_batch(conn: Connection, cutoff: datetime, batch: int) -> tuple[int
 
 def _delete_below(conn: Connection, floors: dict[str, int], cutoff: datetime) -> int:
     """Delete each session's records below its floor: one range of the primary key per
-    session, nothing else read. (One statement per session: a join of the floors with
-    the table may be planned as a scan of all of it, and statements of one batch cost
-    less than that on any table large enough to matter.)"""
-    return sum(below_floor(conn, session_id, floor, cutoff) for session_id, floor in floors.items())
+    session, nothing else read. (One statement per session, compiled once: a join of the
+    floors with the table may be planned as a scan of all of it.)"""
+    statement = below_floor_statement(bindparam("session_id"), bindparam("floor"), cutoff)
+    return sum(
+        int(conn.execute(statement, {"session_id": session_id, "floor": floor}).rowcount)
+        for session_id, floor in floors.items()
+    )
 
 
-def below_floor(conn: Connection, session_id: str, floor: int, cutoff: datetime) -> int:
-    """Delete the session's records below ``floor`` (all older than ``cutoff``, as every
-    victim is); how many."""
-    return int(conn.execute(below_floor_statement(session_id, floor, cutoff)).rowcount)
-
-
-def below_floor_statement(session_id: str, floor: int, cutoff: datetime) -> Delete:
-    """The statement :func:`below_floor` runs."""
+def below_floor_statement(session_id: Any, floor: Any, cutoff: datetime) -> Delete:
+    """The delete of a session's records below ``floor`` (all older than ``cutoff``, as
+    every victim is)."""
     return delete(revisions).where(
         revisions.c.session_id == session_id,
         revisions.c.revision < floor,
