@@ -198,14 +198,20 @@ def expire_idle_sessions(engine: Engine, cutoff: datetime) -> int:
 # -- workflow steps ------------------------------------------------------------
 
 
-def stuck_steps(engine: Engine, cutoff: datetime, limit: int) -> list[tuple[str, str, int, str]]:
-    """(workflow_id, step_id, revision, status) of steps with no live task."""
+def stuck_steps(
+    engine: Engine, cutoff: datetime, limit: int, sent_before: datetime | None = None
+) -> list[tuple[str, str, int, str]]:
+    """(workflow_id, step_id, revision, status) of steps with no live task. With
+    ``sent_before`` (the oldest step the broker still holds was sent then), a ready step
+    sent after it is still in the queue, not forgotten."""
     with read_connection(engine) as conn:
-        rows = conn.execute(stuck_steps_query(cutoff, limit))
+        rows = conn.execute(stuck_steps_query(cutoff, limit, sent_before))
         return [(r[0], r[1], int(r[2]), r[3]) for r in rows]
 
 
-def stuck_steps_query(cutoff: datetime, limit: int) -> Select[Any]:
+def stuck_steps_query(
+    cutoff: datetime, limit: int, sent_before: datetime | None = None
+) -> Select[Any]:
     """The query :func:`stuck_steps` runs: a running step whose lease expired (among the
     running ones, ``ix_steps_owner_running``), or a ready or retrying step left untouched
     since ``cutoff`` (among those ``ix_steps_unattended`` holds)."""
@@ -217,7 +223,7 @@ def stuck_steps_query(cutoff: datetime, limit: int) -> Select[Any]:
     # database, by design). Neither owes a worker anything.
     forgotten = and_(
         UNATTENDED,
-        steps.c.updated_at < cutoff,
+        steps.c.updated_at < (cutoff if sent_before is None else min(cutoff, sent_before)),
         or_(
             and_(steps.c.status == WorkflowStepStatus.PENDING, steps.c.remaining_deps == 0),
             steps.c.status == WorkflowStepStatus.RETRYING,
