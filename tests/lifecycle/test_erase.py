@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,18 @@ from tests.support import REPO, settings_env, uid
 
 pytestmark = pytest.mark.workers
 AGENTSTATE = str(Path(sys.executable).with_name("agentstate"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _operator_hooks_removed(client: AgentClient) -> Iterator[None]:
+    """The operator's hooks ``populate`` adds go with this module: they would otherwise
+    keep writing deliveries that name later modules' sessions (which those modules'
+    scans of every table would find)."""
+    yield
+    hooks = HookStore(client.backend.engine)
+    for hook in hooks.listing():
+        if hook["user_id"] is None:
+            hooks.remove(hook["webhook_id"])
 
 
 def populate(client: AgentClient, user: str) -> list[str]:
