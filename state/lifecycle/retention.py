@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Delete, Engine, delete, exists, select, tuple
 
 from config import Settings
 from state.clock import utcnow
-from state.events.retention import old_events, revisions_batch
+from state.events.retention import events_batch, revisions_batch
 from state.lifecycle.erase import drop_keys
 from state.lifecycle.rows import delete_sessions, delete_workflows, in_batch, pacing
 from state.machine import WAITING_PHASES, Phase
@@ -74,7 +74,7 @@ def _prune_all(
         cutoff = now - timedelta(days=settings.workflows_retain_days)
         counts.update(_prune_workflows(engine, cutoff))
     cutoff = now - timedelta(days=settings.events_retain_days)
-    counts["events"] += _until_done(engine, old_events(cutoff, EVENT_BATCH), EVENT_BATCH)
+    counts["events"] += _prune_events(engine, cutoff)
     counts["revisions"] += _prune_revisions(engine, cutoff)
     counts.update(_prune_logs(engine, cutoff))
     return {kind: int(counts[kind]) for kind in (*KINDS, *sorted(set(counts) - set(KINDS)))}
@@ -144,6 +144,20 @@ def _prune_workflows(engine: Engine, cutoff: datetime) -> Counter[str]:
         WORKFLOW_BATCH,
     )
     return counts
+
+
+def _prune_events(engine: Engine, cutoff: datetime) -> int:
+    """Events older than ``cutoff``, oldest first, each batch from where the last ended."""
+    total, after = 0, None
+    while True:
+        deleted, after = in_batch(
+            engine,
+            partial(events_batch, cutoff=cutoff, batch=EVENT_BATCH, after=after),
+            quick_commit=True,
+        )
+        total += deleted
+        if deleted < EVENT_BATCH:
+            return total
 
 
 def _prune_revisions(engine: Engine, cutoff: datetime) -> int:
