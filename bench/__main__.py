@@ -27,6 +27,7 @@ from bench import (
     observability,
     suite,
 )
+from bench import scale as at_scale
 from bench.rows import Row
 
 ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
@@ -58,6 +59,8 @@ ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
     "async": interactive.async_client,
     # The data lifecycle (bench/lifecycle.py): retention's delete rate, its cost to turns.
     "prune": lifecycle.prune,
+    # Maintenance at scale (bench/scale.py): sweep, deep page, prune, erasure, 100k vs 2k.
+    "scale": at_scale.scale,
     # Fair share (bench/fairshare.py): other users' turns under one user's burst.
     "fairshare": fairshare.fairshare,
     # What operators see (bench/observability.py): metrics and OTel on vs off.

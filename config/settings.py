@@ -199,6 +199,9 @@ class Settings(BaseSettings):
         description="Days a finished workflow is kept (with its steps and its decided "
         "approvals) before retention deletes it; fractions allowed; unset: kept.",
     )
+    maintenance_pace: float = Field(0.5, ge=0, le=10)
+    """After each batch of retention or erasure, a pause of this many times the batch's own time
+    (`0`: none): a long prune or erasure then leaves the database room for everyone's turns."""
     max_event_bytes: int = Field(16384, ge=64)
     """Largest `data` of an event a handler emits."""
     max_events_per_phase: int = Field(100, ge=1)

@@ -83,6 +83,19 @@ def test_the_prune_row_runs(bench_target: None) -> None:
     assert table[0].verdict in {"met", "missed"} and notes
 
 
+def test_the_scale_row_runs(bench_target: None) -> None:
+    table, notes = run("scale")
+    finite(table)
+    assert [row.name.split(",")[0] for row in table] == [
+        "recovery sweep",
+        "page 95% down the listing of 500 sessions vs its first",
+        "prune rows/s",
+        "prune with nothing due",
+        "erasure per session",
+    ]
+    assert all(row.verdict in {"met", "missed"} for row in table) and notes
+
+
 def test_the_schedule_and_webhook_rows_run(bench_target: None) -> None:
     table, notes = run("ticks", "webhooks")
     finite(table)

@@ -27,6 +27,7 @@ from sqlalchemy import (
     Delete,
     Engine,
     Select,
+    bindparam,
     delete,
     select,
     tuple_,
@@ -58,10 +59,11 @@ def prune(
     """Delete events and revision records older than ``cutoff`` (at most
     ``max_batches`` batches of each per run; the next run goes on)."""
     pruned = Pruned()
+    after: datetime | None = None
     for _ in range(max_batches):
         with engine.begin() as conn:
             no_jit(conn)
-            deleted = int(conn.execute(old_events(cutoff, batch)).rowcount)
+            deleted, after = events_batch(conn, cutoff, batch, after)
         pruned.events += deleted
         if deleted < batch:
             break
@@ -83,12 +85,37 @@ def no_jit(conn: Connection) -> None:
         conn.exec_driver_sql("SET LOCAL jit = off")
 
 
-def old_events(cutoff: datetime, batch: int) -> Delete:
-    """One batch of events older than ``cutoff`` (every one of them is due: the oldest
-    first, through ``ix_events_at``, so nothing kept is read)."""
-    old = events.alias("old")
-    victims = select(old.c.session_id, old.c.seq).where(old.c.at < cutoff).limit(batch)
-    return delete(events).where(tuple_(events.c.session_id, events.c.seq).in_(victims))
+def old_events(cutoff: datetime, batch: int, after: datetime | None = None) -> Select[Any]:
+    """Where one batch of events older than ``cutoff`` ends: the ``at`` of its
+    ``batch``-th oldest after ``after`` (None: fewer are left). Read from
+    ``ix_events_at`` from ``after``, where the batch before ended: the index entries of
+    the rows it deleted stay until a vacuum, and a batch that started from the oldest
+    entry again would step over all of them."""
+    query = select(events.c.at).where(events.c.at < cutoff)
+    if after is not None:
+        query = query.where(events.c.at > after)
+    return query.order_by(events.c.at).offset(batch - 1).limit(1)
+
+
+def events_through(cutoff: datetime, after: datetime | None, last: datetime | None) -> Delete:
+    """The delete of events older than ``cutoff`` after ``after``, up to ``last``
+    included (every one of them is due): one range of ``ix_events_at``."""
+    statement = delete(events).where(events.c.at < cutoff)
+    if after is not None:
+        statement = statement.where(events.c.at > after)
+    if last is not None:
+        statement = statement.where(events.c.at <= last)
+    return statement
+
+
+def events_batch(
+    conn: Connection, cutoff: datetime, batch: int, after: datetime | None
+) -> tuple[int, datetime | None]:
+    """Delete one batch of old events (``batch``, a few more when several share the
+    last one's ``at``, or all that are left); (how many, where the next batch starts)."""
+    last = conn.execute(old_events(cutoff, batch, after)).scalar()
+    deleted = int(conn.execute(events_through(cutoff, after, last)).rowcount)
+    return deleted, last
 
 
 def due_checkpoints(cutoff: datetime, batch: int) -> Select[Any]:
@@ -122,20 +149,18 @@ def revisions_batch(conn: Connection, cutoff: datetime, batch: int) -> tuple[int
 
 def _delete_below(conn: Connection, floors: dict[str, int], cutoff: datetime) -> int:
     """Delete each session's records below its floor: one range of the primary key per
-    session, nothing else read. (One statement per session: a join of the floors with
-    the table may be planned as a scan of all of it, and statements of one batch cost
-    less than that on any table large enough to matter.)"""
-    return sum(below_floor(conn, session_id, floor, cutoff) for session_id, floor in floors.items())
+    session, nothing else read. (One statement per session, compiled once: a join of the
+    floors with the table may be planned as a scan of all of it.)"""
+    statement = below_floor_statement(bindparam("session_id"), bindparam("floor"), cutoff)
+    return sum(
+        int(conn.execute(statement, {"session_id": session_id, "floor": floor}).rowcount)
+        for session_id, floor in floors.items()
+    )
 
 
-def below_floor(conn: Connection, session_id: str, floor: int, cutoff: datetime) -> int:
-    """Delete the session's records below ``floor`` (all older than ``cutoff``, as every
-    victim is); how many."""
-    return int(conn.execute(below_floor_statement(session_id, floor, cutoff)).rowcount)
-
-
-def below_floor_statement(session_id: str, floor: int, cutoff: datetime) -> Delete:
-    """The statement :func:`below_floor` runs."""
+def below_floor_statement(session_id: Any, floor: Any, cutoff: datetime) -> Delete:
+    """The delete of a session's records below ``floor`` (all older than ``cutoff``, as
+    every victim is)."""
     return delete(revisions).where(
         revisions.c.session_id == session_id,
         revisions.c.revision < floor,

@@ -22,7 +22,14 @@ import redis
 from sqlalchemy import Connection, Engine, Select, delete, select, tuple_
 
 from state.ids import validate_id
-from state.lifecycle.rows import delete_sessions, delete_workflows, in_batch, keyed_by, kind_of
+from state.lifecycle.rows import (
+    delete_sessions,
+    delete_workflows,
+    in_batch,
+    keyed_by,
+    kind_of,
+    pacing,
+)
 from state.storage import keys
 from state.storage.tables import quarantine, sessions, workflows
 from state.storage.tables_automation import schedule_runs, schedules, webhooks
@@ -49,10 +56,18 @@ KINDS = (
 )
 
 
-def erase_user(engine: Engine, client: redis.Redis, user_id: str) -> dict[str, int]:
+def erase_user(
+    engine: Engine, client: redis.Redis, user_id: str, pace: float = 0.0
+) -> dict[str, int]:
     """Delete everything of ``user_id``; returns the rows (and Redis keys) deleted per
-    kind, every kind present (all zero when there was nothing left)."""
+    kind, every kind present (all zero when there was nothing left). After each batch
+    it pauses ``pace`` times the batch's time (Settings.maintenance_pace)."""
     validate_id(user_id, "user")
+    with pacing(pace):
+        return _erase(engine, client, user_id)
+
+
+def _erase(engine: Engine, client: redis.Redis, user_id: str) -> dict[str, int]:
     counts: Counter[str] = Counter()
     owned: list[str] = keys.owned(user_id=user_id)
     # Schedules first: a tick firing meanwhile (it holds the schedule's row) commits before

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime, timedelta
+from functools import partial
 
 import redis
 from sqlalchemy import Connection, Delete, Engine, delete, exists, select, tuple_
 
 from config import Settings
 from state.clock import utcnow
-from state.events.retention import old_events, revisions_batch
+from state.events.retention import events_batch, revisions_batch
 from state.lifecycle.erase import drop_keys
-from state.lifecycle.rows import delete_sessions, delete_workflows, in_batch
+from state.lifecycle.rows import delete_sessions, delete_workflows, in_batch, pacing
 from state.machine import WAITING_PHASES, Phase
 from state.storage import keys
 from state.storage.tables import approvals, inbox, sessions, workflows
@@ -56,8 +57,15 @@ KINDS = (
 def prune_all(
     engine: Engine, client: redis.Redis, settings: Settings, now: datetime | None = None
 ) -> dict[str, int]:
-    """Delete all that is due now; rows (and Redis keys) deleted per kind."""
-    now = now or utcnow()
+    """Delete all that is due now; rows (and Redis keys) deleted per kind. After each
+    batch it pauses as Settings.maintenance_pace says."""
+    with pacing(settings.maintenance_pace):
+        return _prune_all(engine, client, settings, now or utcnow())
+
+
+def _prune_all(
+    engine: Engine, client: redis.Redis, settings: Settings, now: datetime
+) -> dict[str, int]:
     counts: Counter[str] = Counter()
     if settings.sessions_retain_days is not None:
         cutoff = now - timedelta(days=settings.sessions_retain_days)
@@ -66,7 +74,7 @@ def prune_all(
         cutoff = now - timedelta(days=settings.workflows_retain_days)
         counts.update(_prune_workflows(engine, cutoff))
     cutoff = now - timedelta(days=settings.events_retain_days)
-    counts["events"] += _until_done(engine, old_events(cutoff, EVENT_BATCH), EVENT_BATCH)
+    counts["events"] += _prune_events(engine, cutoff)
     counts["revisions"] += _prune_revisions(engine, cutoff)
     counts.update(_prune_logs(engine, cutoff))
     return {kind: int(counts[kind]) for kind in (*KINDS, *sorted(set(counts) - set(KINDS)))}
@@ -74,31 +82,42 @@ def prune_all(
 
 def _prune_sessions(engine: Engine, client: redis.Redis, cutoff: datetime) -> Counter[str]:
     counts: Counter[str] = Counter()
+    # Phase by phase, oldest first, each batch from where the one before stopped: a range
+    # of ix_sessions_phase_updated, never the sessions kept (nor, again, one with a
+    # message queued, passed over).
+    for phase in DELETABLE_PHASES:
+        after: tuple[datetime, str] | None = None
+        while True:
+            work = partial(_sessions_batch, phase=phase, cutoff=cutoff, after=after)
+            found, gone, deleted = in_batch(engine, work, quick_commit=True)
+            counts.update(deleted)
+            counts["redis_keys"] += drop_keys(client, keys.owned(session_ids=gone))
+            if len(found) < SESSION_BATCH:
+                break
+            after = found[-1]
+    return counts
+
+
+def _sessions_batch(
+    conn: Connection, phase: str, cutoff: datetime, after: tuple[datetime, str] | None
+) -> tuple[list[tuple[datetime, str]], list[str], Counter[str]]:
+    """(the (updated_at, id) of the sessions found due, those deleted, rows per kind)"""
     queued = exists().where(inbox.c.session_id == sessions.c.session_id, inbox.c.state == "queued")
+    query = select(sessions.c.updated_at, sessions.c.session_id).where(
+        sessions.c.phase == phase, sessions.c.updated_at < cutoff, ~queued
+    )
+    if after is not None:
+        query = query.where(tuple_(sessions.c.updated_at, sessions.c.session_id) > tuple_(*after))
+    found = [
+        (r[0], str(r[1]))
+        for r in conn.execute(
+            query.order_by(sessions.c.updated_at, sessions.c.session_id).limit(SESSION_BATCH)
+        )
+    ]
     # Checked again under the row lock when deleting: a session touched meanwhile stays.
     due = sessions.c.phase.in_(DELETABLE_PHASES) & (sessions.c.updated_at < cutoff) & ~queued
-    after = ""
-
-    def one_batch(conn: Connection) -> tuple[list[str], list[str], Counter[str]]:
-        batch = [
-            str(r[0])
-            for r in conn.execute(
-                select(sessions.c.session_id)
-                .where(due, sessions.c.session_id > after)
-                .order_by(sessions.c.session_id)
-                .limit(SESSION_BATCH)
-            )
-        ]
-        gone, deleted, _ = delete_sessions(conn, batch, due)
-        return batch, gone, deleted
-
-    while True:
-        batch, gone, deleted = in_batch(engine, one_batch, quick_commit=True)
-        counts.update(deleted)
-        counts["redis_keys"] += drop_keys(client, keys.owned(session_ids=gone))
-        if len(batch) < SESSION_BATCH:
-            return counts
-        after = batch[-1]
+    gone, deleted, _ = delete_sessions(conn, [session_id for _, session_id in found], due)
+    return found, gone, deleted
 
 
 def _prune_workflows(engine: Engine, cutoff: datetime) -> Counter[str]:
@@ -125,6 +144,20 @@ def _prune_workflows(engine: Engine, cutoff: datetime) -> Counter[str]:
         WORKFLOW_BATCH,
     )
     return counts
+
+
+def _prune_events(engine: Engine, cutoff: datetime) -> int:
+    """Events older than ``cutoff``, oldest first, each batch from where the last ended."""
+    total, after = 0, None
+    while True:
+        deleted, after = in_batch(
+            engine,
+            partial(events_batch, cutoff=cutoff, batch=EVENT_BATCH, after=after),
+            quick_commit=True,
+        )
+        total += deleted
+        if deleted < EVENT_BATCH:
+            return total
 
 
 def _prune_revisions(engine: Engine, cutoff: datetime) -> int:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TypeVar
 
 from sqlalchemy import ColumnElement, Connection, Delete, Engine, Table, delete, select, update
@@ -26,7 +28,35 @@ _RETRYABLE = {"40P01", "40001"}
 ATTEMPTS = 5
 
 
+# The pause after each batch, as a multiple of the batch's own time (Settings'
+# maintenance_pace): set for a whole erasure or retention run by ``pacing``.
+_pace: ContextVar[float] = ContextVar("maintenance_pace", default=0.0)
+# However long a batch took, the pause after it is at most this.
+MAX_PAUSE_S = 2.0
+
+
+@contextmanager
+def pacing(pace: float) -> Iterator[None]:
+    """Within: every :func:`in_batch` pauses ``pace`` times its own time after it."""
+    token = _pace.set(pace)
+    try:
+        yield
+    finally:
+        _pace.reset(token)
+
+
 def in_batch(engine: Engine, work: Callable[[Connection], T], quick_commit: bool = False) -> T:
+    """Run one batch (:func:`_one_batch`), then pause as :func:`pacing` says: the next
+    batch leaves the database (two cores, say) to turns that long."""
+    started = time.monotonic()
+    result = _one_batch(engine, work, quick_commit)
+    pace = _pace.get()
+    if pace > 0:
+        time.sleep(min(pace * (time.monotonic() - started), MAX_PAUSE_S))
+    return result
+
+
+def _one_batch(engine: Engine, work: Callable[[Connection], T], quick_commit: bool) -> T:
     """Run one batch in a transaction of its own, again if Postgres chose it as a
     deadlock's victim (a batch locks many rows, in another order than a turn or a step
     does). With ``quick_commit`` the commit does not wait for the WAL flush (a delete

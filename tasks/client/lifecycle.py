@@ -21,4 +21,9 @@ class Lifecycle:
         steps, the user's state. Returns the rows deleted per kind (``redis_keys``: the
         keys). Idempotent: erasing again deletes nothing and returns zeros. A turn of the
         user in flight cannot write anything back (its commit finds no session)."""
-        return erase_user(self.backend.engine, self.backend.redis, user_id)
+        return erase_user(
+            self.backend.engine,
+            self.backend.redis,
+            user_id,
+            pace=self.settings.maintenance_pace,
+        )

@@ -15,6 +15,7 @@ from sqlalchemy import Connection, Engine, func, select
 
 from state import paging
 from state.events import retention
+from state.events.retention import events_batch, old_events
 from state.lifecycle.erase import Walk
 from state.recovery import queries
 from state.sessions.listing import list_sessions
@@ -28,6 +29,8 @@ ERASED = "m-erased"
 HISTORIED = 400  # sessions with revision records
 REVISIONS = 80  # each; the first 70 older than the retention cutoff
 OLD_REVISIONS = 70
+EVENTS = 60  # each of the HISTORIED sessions'; the first 50 older than the cutoff
+OLD_EVENTS = 50
 STUCK = 12  # sessions mid-turn, untouched for long
 APPROVAL_STEPS = 3000  # waiting for a decision, untouched for long
 FORGOTTEN_STEPS = 8  # ready, untouched for long: the sweep's to find
@@ -58,6 +61,14 @@ SELECT 'm-' || lpad(s::text, 5, '0'), r, 'idle', 'active',
        CASE WHEN r = 1 OR mod(r, 32) = 0 THEN '{{}}'::jsonb END,
        CASE WHEN NOT (r = 1 OR mod(r, 32) = 0) THEN '{{}}' END
 FROM generate_series(1, {REVISIONS}) AS r, generate_series(0, {HISTORIED - 1}) AS s;
+
+INSERT INTO events (session_id, seq, kind, revision, phase, at, data)
+SELECT 'm-' || lpad(s::text, 5, '0'), e, 'step', e, 'idle',
+       CASE WHEN e <= {OLD_EVENTS}
+            THEN now() - INTERVAL '40 days' + (e * {HISTORIED} + s) * INTERVAL '1 second'
+            ELSE now() - INTERVAL '1 hour' END,
+       '{{}}'
+FROM generate_series(1, {EVENTS}) AS e, generate_series(0, {HISTORIED - 1}) AS s;
 
 INSERT INTO workflow_steps (workflow_id, step_id, step_name, action, status, inputs, outputs,
                             dependencies, dependents, remaining_deps, max_retries, approval,
@@ -97,7 +108,7 @@ def explain(conn: Connection, statement: Any) -> dict[str, Any]:
     """The executed plan of ``statement`` (its effects stay in the caller's transaction)."""
     compiled = statement.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
     found = conn.exec_driver_sql(
-        f"EXPLAIN (ANALYZE, FORMAT JSON) {compiled}", compiled.params
+        f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {compiled}", compiled.params
     ).scalar_one()
     plan: dict[str, Any] = found[0]["Plan"]
     return plan
@@ -254,4 +265,32 @@ def test_a_prune_reads_only_what_it_deletes_and_nothing_when_nothing_is_due(
         plan = explain(conn, retention.due_checkpoints(CUTOFF, 100))
     how, returned, dropped = read(plan, "revisions")
     assert returned == 0 and dropped == 0, (how, returned, dropped)
-    assert retention.prune(seeded, CUTOFF).revisions == 0
+    with seeded.begin() as conn:
+        assert retention.revisions_batch(conn, CUTOFF, 100) == (0, 0)
+
+
+def test_an_event_prune_starts_each_batch_where_the_last_one_ended(seeded: Engine) -> None:
+    """Each batch finds where it ends, and deletes, by one range of ``ix_events_at`` that
+    starts where the batch before ended (before, each started from the oldest entry
+    again, past the entries of every row already deleted until a vacuum): nothing
+    dropped, the pages read the same from the first batch to the last."""
+    after, deleted, pages = None, 0, []
+    while True:
+        with seeded.connect() as conn:
+            bound = explain(conn, old_events(CUTOFF, 1000, after))
+            last = conn.execute(old_events(CUTOFF, 1000, after)).scalar()
+            ranged = explain(conn, retention.events_through(CUTOFF, after, last))
+            conn.rollback()
+        for plan in (bound, ranged):
+            how, _, dropped = read(plan, "events")
+            assert how == {"ix_events_at"} and dropped == 0, how
+        scan = nodes(bound, "events")[0]
+        pages.append(int(scan["Shared Hit Blocks"]) + int(scan["Shared Read Blocks"]))
+        with seeded.begin() as conn:
+            gone, after = events_batch(conn, CUTOFF, 1000, after)
+        deleted += gone
+        if gone < 1000:
+            break
+    assert deleted == HISTORIED * OLD_EVENTS
+    assert len(pages) == HISTORIED * OLD_EVENTS // 1000 + 1
+    assert max(pages[1:]) <= 2 * pages[0] + 2, pages

@@ -40,6 +40,18 @@ def no_operator_hooks_after(client: AgentClient) -> Iterator[None]:
 AGENTSTATE = str(Path(sys.executable).with_name("agentstate"))
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _operator_hooks_removed(client: AgentClient) -> Iterator[None]:
+    """The operator's hooks ``populate`` adds go with this module: they would otherwise
+    keep writing deliveries that name later modules' sessions (which those modules'
+    scans of every table would find)."""
+    yield
+    hooks = HookStore(client.backend.engine)
+    for hook in hooks.listing():
+        if hook["user_id"] is None:
+            hooks.remove(hook["webhook_id"])
+
+
 def populate(client: AgentClient, user: str) -> list[str]:
     """A user with a bit of everything: history, user state, a fork, a workflow of a
     session, a step and a turn waiting for approval. Returns every id it made."""

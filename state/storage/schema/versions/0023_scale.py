@@ -49,7 +49,7 @@ def upgrade() -> None:
     op.create_index(
         "ix_steps_unattended",
         "workflow_steps",
-        ["updated_at"],
+        ["status", "updated_at"],
         postgresql_where=_UNATTENDED,
         sqlite_where=_UNATTENDED,
     )
