@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from tests.support import Workers, agent_test_settings, uid
 
 pytestmark = pytest.mark.workers
 
+PROJECT = Path(__file__).resolve().parents[1] / "data" / "langgraph_project"
 AGENTS = "echo=tests.graphs:echo,steps=tests.graphs:steps,approve=tests.graphs:approve"
 
 
@@ -31,7 +33,12 @@ AGENTS = "echo=tests.graphs:echo,steps=tests.graphs:steps,approve=tests.graphs:a
 def lg_settings(pg_url: str) -> Settings:
     # Short leases and a quick sweep: a killed worker's turn is taken up within seconds.
     return agent_test_settings(
-        pg_url, agents=AGENTS, stuck_after=2.0, sweep_interval=1.0, lock_timeout=3.0
+        pg_url,
+        agents=AGENTS,
+        langgraph_config=str(PROJECT / "langgraph.json"),
+        stuck_after=2.0,
+        sweep_interval=1.0,
+        lock_timeout=3.0,
     )
 
 
@@ -70,7 +77,13 @@ def checkpoint_count(settings: Settings, session_id: str) -> int:
 def test_graphs_are_listed_as_langgraph_agents(client: AgentClient) -> None:
     kinds = {agent["name"]: agent["kind"] for agent in client.list_agents()}
     assert kinds == {"default": "phases", "echo": "langgraph", "steps": "langgraph",
-                     "approve": "langgraph"}  # fmt: skip
+                     "approve": "langgraph", "project": "langgraph"}  # fmt: skip
+
+
+def test_the_graphs_of_a_langgraph_json_are_agents(client: AgentClient) -> None:
+    session_id = uid("s")
+    client.send_message(session_id, "moved over", user_id=uid("u"), agent="project")
+    assert reply_of(client, session_id) == "project says: moved over"
 
 
 def test_a_turn_runs_the_graph_from_the_sessions_last_checkpoint(
