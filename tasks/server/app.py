@@ -31,6 +31,7 @@ from tasks.server.auth import KeyTable, caller
 from tasks.server.backend import open_client
 from tasks.server.guards import BodyLimit, SecurityHeaders, TimeLimit
 from tasks.server.models import ErrorOut
+from tasks.server.protocols import langgraph as langgraph_protocol
 from tasks.server.queries import known_query_parameters
 from tasks.server.routes import (
     agents,
@@ -108,6 +109,8 @@ def create_app(settings: Settings | None = None, client: AsyncAgentClient | None
     for module in (sessions, workflows, approvals, users, schedules, webhooks, agents):
         # Every /v1 route needs a key, whether or not it asks who is calling.
         app.include_router(module.router, responses=ERROR_RESPONSES, dependencies=[KEY, QUERY])
+    # LangGraph's Agent Server protocol, with its own error shape and key headers.
+    app.mount(langgraph_protocol.PREFIX, langgraph_protocol.build_app(app))
     _add_console(app)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
