@@ -77,3 +77,20 @@ def test_a_message_may_name_only_a_configured_agent() -> None:
     assert checked_agent(settings, "a") == "a"
     with pytest.raises(BadInputError, match="unknown agent 'b'; the agents are"):
         checked_agent(settings, "b")
+
+
+def test_a_framework_turn_gets_the_framework_deadline() -> None:
+    from state.agent import PhaseContext
+    from state.turns.rules import TURN_TIMEOUT_KEY
+    from tasks.agents.framework import FrameworkAgent
+    from tasks.agents.registry import FrameworkTurn, TurnOutcome
+
+    class Adapter:
+        def run_turn(self, turn: FrameworkTurn) -> TurnOutcome:
+            return TurnOutcome(reply=f"ran {turn.ctx.message}")
+
+    agent = FrameworkAgent("g", Adapter(), Settings(**TINY, framework_turn_timeout=42))
+    ctx = PhaseContext("s", "u", "understanding", "hi", "m", {}, [], [], {})
+    assert agent.run("understanding", ctx).context == {TURN_TIMEOUT_KEY: 42}
+    assert agent.run("executing", ctx).context == {"framework_reply": "ran hi"}
+    assert not agent.is_quick("executing") and agent.is_quick("planning")
