@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, Table, select
+from sqlalchemy import Engine, Table, delete, select
 
 from state.clock import utcnow
 from state.documents import codec
@@ -43,7 +43,16 @@ class Journal:
 
     @classmethod
     def load(cls, engine: Engine, session_id: str, message_id: str) -> Journal:
-        """The journal of the turn answering ``message_id``, as stored."""
+        """The journal of the turn answering ``message_id``, as stored. The session's
+        earlier turns' steps are deleted first: a session runs one turn at a time, and a
+        finished turn's steps are never read again, so the table holds at most one turn's
+        steps per session, however long the conversation."""
+        with engine.begin() as conn:
+            conn.execute(
+                delete(_steps).where(
+                    _steps.c.session_id == session_id, _steps.c.message_id != message_id
+                )
+            )
         with read_connection(engine) as conn:
             found = conn.execute(
                 select(_steps.c.run, _steps.c.name, _steps.c.n, _steps.c.payload).where(

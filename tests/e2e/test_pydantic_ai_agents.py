@@ -185,13 +185,16 @@ def test_a_message_naming_another_agent_is_refused_and_stores_nothing(
     assert after == before
 
 
-def test_erasing_the_user_takes_the_recorded_steps(
+def test_a_session_keeps_one_turns_steps_and_erasure_takes_them(
     client: AgentClient, pa_settings: Settings
 ) -> None:
     user, session_id, token = uid("u"), uid("s"), uid("t")
     client.send_message(session_id, f"lookup {token}", user_id=user, agent="pa")
     reply_of(client, session_id)
     assert recorded(pa_settings, session_id)
+    client.send_message(session_id, f"lookup {uid('t')}", user_id=user)
+    reply_of(client, session_id)
+    assert len(recorded(pa_settings, session_id)) == 3  # the earlier turn's steps are gone
     erased = client.erase_user(user)
     assert erased["agent_steps"] == 3
     assert recorded(pa_settings, session_id) == []
