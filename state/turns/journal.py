@@ -40,19 +40,11 @@ class Journal:
     rows: dict[tuple[int, str, int], Any] = field(default_factory=dict)
     replayed: int = 0  # steps answered from the journal in this process
     recorded: int = 0  # steps done and recorded in this process
+    pruned: bool = False  # earlier turns' steps deleted (with this process's first record)
 
     @classmethod
     def load(cls, engine: Engine, session_id: str, message_id: str) -> Journal:
-        """The journal of the turn answering ``message_id``, as stored. The session's
-        earlier turns' steps are deleted first: a session runs one turn at a time, and a
-        finished turn's steps are never read again, so the table holds at most one turn's
-        steps per session, however long the conversation."""
-        with engine.begin() as conn:
-            conn.execute(
-                delete(_steps).where(
-                    _steps.c.session_id == session_id, _steps.c.message_id != message_id
-                )
-            )
+        """The journal of the turn answering ``message_id``, as stored."""
         with read_connection(engine) as conn:
             found = conn.execute(
                 select(_steps.c.run, _steps.c.name, _steps.c.n, _steps.c.payload).where(
@@ -80,7 +72,17 @@ class Journal:
             _steps.c.n == n,
         )
         with self.engine.begin() as conn:
-            conn.execute(
+            if not self.pruned:
+                # A session runs one turn at a time, and a finished turn's steps are never
+                # read again: the table holds one turn's steps per session, however long
+                # the conversation (deleted in the transaction of the first record).
+                conn.execute(
+                    delete(_steps).where(
+                        _steps.c.session_id == self.session_id,
+                        _steps.c.message_id != self.message_id,
+                    )
+                )
+            stored = conn.execute(
                 dialect_insert(conn, _steps)
                 .values(
                     session_id=self.session_id,
@@ -92,8 +94,11 @@ class Journal:
                     created_at=utcnow(),
                 )
                 .on_conflict_do_nothing()
-            )
-            stored = conn.execute(select(_steps.c.payload).where(*where)).scalar_one()
+                .returning(_steps.c.payload)
+            ).scalar()
+            if stored is None:  # recorded first by another process
+                stored = conn.execute(select(_steps.c.payload).where(*where)).scalar_one()
+        self.pruned = True
         self.rows[(run, name, n)] = codec.loads(stored)
         return self.rows[(run, name, n)]
 
