@@ -20,6 +20,7 @@ from bench import (
     deploy,
     eventlog,
     fairshare,
+    frameworks,
     harness,
     http,
     interactive,
@@ -68,6 +69,8 @@ ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
     # Schedules and webhooks (bench/automation.py): ticks fired, deliveries sent.
     "ticks": automation.ticks,
     "webhooks": automation.webhooks,
+    # Agent frameworks (bench/frameworks.py): a Pydantic AI agent, agentstate vs DBOS.
+    "pydantic-ai": frameworks.pydantic_ai,
 }
 
 

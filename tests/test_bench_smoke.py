@@ -181,6 +181,17 @@ def test_the_throughput_row_runs_every_baseline(bench_target: None) -> None:
     assert all(row.verdict in {"met", "missed"} for row in table if row.target)
 
 
+@pytest.mark.skipif(
+    not all(importlib.util.find_spec(name) for name in ("dbos", "pydantic_ai")),
+    reason="the pydantic-ai row needs DBOS and Pydantic AI (the bench and pydantic-ai extras)",
+)
+def test_the_pydantic_ai_row_runs_against_dbos(bench_target: None) -> None:
+    table, notes = run("pydantic-ai")
+    finite(table)
+    assert [row.name for row in table] == ["turns/s Pydantic AI agent (a tool call per turn)"]
+    assert len(notes) == 1
+
+
 def test_the_carry_row_runs(bench_target: None) -> None:
     table, _ = run("carry")
     finite(table)

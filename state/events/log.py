@@ -15,6 +15,8 @@ Kinds agentstate writes (``data`` in brackets):
 - ``turn_failed`` (cause, detail, phase) and ``turn_cancelled`` (message_id);
 - ``workflow_started`` and ``workflow_finished`` (workflow_id[, status]);
 - ``forked`` (source_session_id, source_revision): the first event of a fork;
+- ``history_added`` and ``history_removed`` (count, source): items written to or removed
+  from the history outside a turn (``state.sessions.items``: a framework's session);
 - ``approval_requested`` (approval_id, action, args, expires_at) and ``approval_decided``
   (approval_id, approve, by, note): reserved for human approval, which appends them with
   :func:`append` in the transaction that asks or decides;
@@ -46,6 +48,8 @@ WORKFLOW_FINISHED = "workflow_finished"
 APPROVAL_REQUESTED = "approval_requested"
 APPROVAL_DECIDED = "approval_decided"
 FORKED = "forked"
+HISTORY_ADDED = "history_added"
+HISTORY_REMOVED = "history_removed"
 BUILT_IN = frozenset(
     {
         MESSAGE_ACCEPTED,
@@ -59,6 +63,8 @@ BUILT_IN = frozenset(
         APPROVAL_REQUESTED,
         APPROVAL_DECIDED,
         FORKED,
+        HISTORY_ADDED,
+        HISTORY_REMOVED,
     }
 )
 

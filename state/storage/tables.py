@@ -421,5 +421,6 @@ approvals: Table = Base.metadata.tables["approvals"]
 
 # Schedules and webhooks live in a module of their own; importing it registers its tables
 # in Base.metadata, so every table is known wherever this module is.
+import state.storage.tables_agent_steps  # noqa: E402
 import state.storage.tables_automation  # noqa: E402
 import state.storage.tables_checkpoints  # noqa: E402,F401
