@@ -28,6 +28,7 @@ AMQP_URL = per_worker(
 )
 SENTINEL_SERVICE = "agentstate"
 APT_LOCK = Path(tempfile.gettempdir()) / "agentstate-tests-apt.lock"
+VHOST_START_TIMEOUT_S = 15.0
 
 
 def ensure_program(program: str, package: str) -> str:
@@ -249,6 +250,11 @@ class RabbitVhost:
                 ["set_permissions", "-p", self.vhost, self.user, ".*", ".*", ".*"],
             ):
                 subprocess.run(["rabbitmqctl", *args], check=False, capture_output=True, timeout=60)
+            # A vhost just added starts on every node in the background: until it has,
+            # a connection to it is refused or reset.
+            deadline = time.monotonic() + VHOST_START_TIMEOUT_S
+            while not self.reachable() and time.monotonic() < deadline:
+                time.sleep(0.2)
         if not self.reachable():
             unavailable(f"RabbitMQ vhost {self.vhost!r} at {urlsplit(self.url).hostname}")
         return self

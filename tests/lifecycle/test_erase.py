@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,20 @@ from tests.lifecycle.scan import keys_naming, rows_naming
 from tests.support import REPO, settings_env, uid
 
 pytestmark = pytest.mark.workers
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _hooks_removed(client: AgentClient) -> Iterator[None]:
+    """Hooks are global (an operator's hears every session): the ones these tests add go
+    at the end, or later modules' turns would keep writing deliveries for them."""
+    hooks = HookStore(client.backend.engine)
+    before = {hook["webhook_id"] for hook in hooks.listing()}
+    yield
+    for hook in hooks.listing():
+        if hook["webhook_id"] not in before:
+            hooks.remove(hook["webhook_id"])
+
+
 AGENTSTATE = str(Path(sys.executable).with_name("agentstate"))
 
 
