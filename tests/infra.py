@@ -49,15 +49,23 @@ def ensure_program(program: str, package: str) -> str:
     return found
 
 
+def install_packages(packages: list[str]) -> None:
+    """Install Debian ``packages`` in one apt-get run, under the tests' apt lock (the
+    background install that tests/scheduling.py starts at the beginning of a run)."""
+    with open(APT_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _apt_install(*packages)
+
+
 def _which(program: str) -> str | None:
     return shutil.which(program) or shutil.which(program, path="/usr/sbin:/sbin")
 
 
-def _apt_install(package: str) -> None:
+def _apt_install(*packages: str) -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     update = ["apt-get", "update", "-qq"]
     subprocess.run(update, check=False, env=env, capture_output=True, timeout=300)
-    install = ["apt-get", "install", "-y", "-qq", package]
+    install = ["apt-get", "install", "-y", "-qq", *packages]
     subprocess.run(install, check=False, env=env, capture_output=True, timeout=600)
 
 
