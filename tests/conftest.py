@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,12 +15,14 @@ from state.storage.backend import reset_backends
 from state.storage.db import dispose_engines, get_engine, upgrade_schema
 from state.storage.redis_client import forget_clients
 from tasks.worker import processes
+from tests import scheduling
 from tests.services import PrivateRedis
 from tests.support import (
     BROKER_URL,
     PG_URL,
     REDIS_URL,
     TEST_DB,
+    XDIST_WORKER,
     Workers,
     drop_database,
     make_settings,
@@ -41,6 +44,17 @@ def pytest_configure(config: pytest.Config) -> None:
     # Workers run in process groups of their own, out of reach of the terminal's Ctrl-C:
     # a run ended by SIGTERM (CI, a timeout) tears down like one ended by Ctrl-C.
     processes.exit_on_sigterm()
+    # Under xdist the modules go out in the order pytest_collection_modifyitems gives
+    # them (slowest first), not re-sorted by their number of tests.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+    if not XDIST_WORKER:  # the one run's controller (or its only process)
+        scheduling.install_missing_in_background()
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: `-m "not slow"` sees the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    scheduling.order_and_mark(items, slowest_first=bool(XDIST_WORKER))
 
 
 @pytest.hookimpl(trylast=True)
@@ -77,11 +91,21 @@ def pg_url(redis_url: str) -> Iterator[str]:
     drop_database(TEST_DB)
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite database migrated once per test process; each test gets a copy."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "agentstate.db"
+    engine = get_engine(f"sqlite:///{path}")
+    upgrade_schema(engine)
+    engine.dispose()  # the last connection closed: the WAL is folded into the file
+    return path
+
+
 @pytest.fixture
-def sqlite_url(tmp_path: Path, redis_url: str) -> str:
-    url = f"sqlite:///{tmp_path / 'agentstate.db'}"
-    upgrade_schema(get_engine(url))
-    return url
+def sqlite_url(tmp_path: Path, redis_url: str, sqlite_template: Path) -> str:
+    path = tmp_path / "agentstate.db"
+    shutil.copyfile(sqlite_template, path)
+    return f"sqlite:///{path}"
 
 
 @pytest.fixture(params=["postgres", "sqlite"])

@@ -28,6 +28,7 @@ AMQP_URL = per_worker(
 )
 SENTINEL_SERVICE = "agentstate"
 APT_LOCK = Path(tempfile.gettempdir()) / "agentstate-tests-apt.lock"
+VHOST_START_TIMEOUT_S = 15.0
 
 
 def ensure_program(program: str, package: str) -> str:
@@ -48,15 +49,23 @@ def ensure_program(program: str, package: str) -> str:
     return found
 
 
+def install_packages(packages: list[str]) -> None:
+    """Install Debian ``packages`` in one apt-get run, under the tests' apt lock (the
+    background install that tests/scheduling.py starts at the beginning of a run)."""
+    with open(APT_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _apt_install(*packages)
+
+
 def _which(program: str) -> str | None:
     return shutil.which(program) or shutil.which(program, path="/usr/sbin:/sbin")
 
 
-def _apt_install(package: str) -> None:
+def _apt_install(*packages: str) -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     update = ["apt-get", "update", "-qq"]
     subprocess.run(update, check=False, env=env, capture_output=True, timeout=300)
-    install = ["apt-get", "install", "-y", "-qq", package]
+    install = ["apt-get", "install", "-y", "-qq", *packages]
     subprocess.run(install, check=False, env=env, capture_output=True, timeout=600)
 
 
@@ -249,6 +258,11 @@ class RabbitVhost:
                 ["set_permissions", "-p", self.vhost, self.user, ".*", ".*", ".*"],
             ):
                 subprocess.run(["rabbitmqctl", *args], check=False, capture_output=True, timeout=60)
+            # A vhost just added starts on every node in the background: until it has,
+            # a connection to it is refused or reset.
+            deadline = time.monotonic() + VHOST_START_TIMEOUT_S
+            while not self.reachable() and time.monotonic() < deadline:
+                time.sleep(0.2)
         if not self.reachable():
             unavailable(f"RabbitMQ vhost {self.vhost!r} at {urlsplit(self.url).hostname}")
         return self

@@ -190,6 +190,13 @@ class WorkflowStore(WorkflowReads):
         raise NotImplementedError("this store does not verify carried steps")
 
     def _succeed(self, claimed: ClaimedStep, outputs: Document, guard: Iterable[Any]) -> Completion:
+        # A step's outcome is committed again, never re-run, when Postgres ends its
+        # transaction to break a deadlock (see :func:`retried_on_conflict`).
+        return retried_on_conflict(partial(self._succeed_once, claimed, outputs, guard))
+
+    def _succeed_once(
+        self, claimed: ClaimedStep, outputs: Document, guard: Iterable[Any]
+    ) -> Completion:
         with self.engine.begin() as conn:
             dependents = self._finish_step(
                 conn, claimed, WorkflowStepStatus.SUCCESS, outputs=outputs, guard=guard
@@ -202,6 +209,9 @@ class WorkflowStore(WorkflowReads):
 
     def retry(self, claimed: ClaimedStep, error: str) -> int:
         """running -> retrying (retry_count + 1); return the revision to dispatch at."""
+        return retried_on_conflict(partial(self._retry_once, claimed, error))
+
+    def _retry_once(self, claimed: ClaimedStep, error: str) -> int:
         with self.engine.begin() as conn:
             result = conn.execute(
                 update(steps)
@@ -301,7 +311,11 @@ class WorkflowStore(WorkflowReads):
         return Completion(workflow_id, [], finished)
 
     def fail(self, claimed: ClaimedStep, error: str) -> Completion:
-        """running -> failed, and every transitive dependent -> skipped."""
+        """running -> failed, and every transitive dependent -> skipped (committed again
+        after a deadlock, as a success is)."""
+        return retried_on_conflict(partial(self._fail_once, claimed, error))
+
+    def _fail_once(self, claimed: ClaimedStep, error: str) -> Completion:
         with self.engine.begin() as conn:
             self._finish_step(conn, claimed, WorkflowStepStatus.FAILED, error=error)
             skipped = propagation.skip_downstream(conn, claimed.workflow_id, [claimed.step_id])

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from enum import StrEnum
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, NamedTuple
 
 from sqlalchemy import Engine
@@ -30,7 +30,7 @@ from state.documents import codec
 from state.documents.codec import Document
 from state.sessions.snapshot import CARRY_MAX_CHARS
 from state.storage import prepared
-from state.storage.db import autocommit_engine
+from state.storage.db import autocommit_engine, retried_on_conflict
 from state.workflows.guards import require_one
 from state.workflows.records import (
     ClaimedStep,
@@ -313,7 +313,12 @@ class PostgresWorkflowStore(WorkflowStore):
             "carried": carried,
         }
         params.update((f"dependent{i}", step_id) for i, step_id in enumerate(dependents))
-        ((applied, ready, workflow),) = self.statements.rows(self.autocommit, [(statement, params)])
+        # A success is one statement in autocommit: when Postgres ends it to break a
+        # deadlock (a cancel or a decision locking the workflow's rows the other way
+        # round), nothing was written and it is sent again. Raised instead, it would
+        # reach the task's retry, which runs the action again: a second side effect.
+        run = partial(self.statements.rows, self.autocommit, [(statement, params)])
+        ((applied, ready, workflow),) = retried_on_conflict(run)
         require_one(int(applied), claimed)
         released = codec.loads(ready)
         return Completion(

@@ -266,6 +266,8 @@ class WorkerGroup:
         from tasks.app import make_app
 
         app = make_app(self.settings)
+        with app.connection_for_write() as conn:  # lazy: names the transport's errors only
+            broker_errors = (OSError, *conn.connection_errors, *conn.channel_errors)
         wanted = set(self.alive())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -273,7 +275,14 @@ class WorkerGroup:
                 raise ServiceUnavailableError(
                     f"a worker exited at start; see the logs in {self.log_dir}"
                 )
-            replies = app.control.ping(destination=sorted(wanted), timeout=0.5) or []
+            try:
+                replies = app.control.ping(destination=sorted(wanted), timeout=0.5) or []
+            except broker_errors:
+                # A broker busy with other clients (RabbitMQ under load) may reset the
+                # connection while workers come up: the ping is asked again, on a new one.
+                app.close()
+                time.sleep(0.2)
+                continue
             if wanted <= {name for reply in replies for name in reply}:
                 return
         raise TimeoutError(f"workers {sorted(wanted)} not ready; logs in {self.log_dir}")

@@ -1,6 +1,7 @@
 """Transactions that lock a workflow's rows in another order than a step's success does
 (a cancel: the workflow's row, then its open steps) run again when Postgres ends them to
-break a deadlock, instead of failing their caller."""
+break a deadlock, instead of failing their caller; so does the step's own commit when it
+is the one Postgres ends (raised, the task's retry would run its action again)."""
 
 from __future__ import annotations
 
@@ -89,3 +90,65 @@ def test_other_errors_are_not_run_again(pg_settings: Settings) -> None:
     with pytest.raises(IntegrityError):
         retried_on_conflict(duplicate_key)
     assert len(calls) == 1
+
+
+def _cancel_shaped(engine: Engine, workflow_id: str, holding: threading.Event) -> None:
+    """Lock the workflow's row, then (once a step's commit waits for it) step ``a``'s:
+    a cancel's order. Its own deadlock check waits longer, so Postgres ends the step's
+    commit."""
+    with engine.begin() as conn:
+        conn.execute(text("SET LOCAL deadlock_timeout = '10s'"))
+        conn.execute(
+            text("UPDATE workflows SET updated_at = now() WHERE workflow_id = :w"),
+            {"w": workflow_id},
+        )
+        holding.set()
+        deadline = time.monotonic() + 20
+        waiting = (
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        while not conn.execute(text(waiting)).scalar() and time.monotonic() < deadline:
+            time.sleep(0.02)  # until the step's commit holds a's row and waits for ours
+        conn.execute(
+            text(
+                "UPDATE workflow_steps SET updated_at = now() "
+                "WHERE workflow_id = :w AND step_id = 'a'"
+            ),
+            {"w": workflow_id},
+        )
+
+
+@pytest.mark.parametrize("outcome", ["succeed", "fail"])
+def test_a_steps_commit_that_deadlocks_is_committed_again_not_raised(
+    pg_settings: Settings, outcome: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A step's success (or failure) chosen as a deadlock's victim commits again: raised,
+    it would reach the task's retry, which runs the action a second time."""
+    engine = Backend.build(pg_settings).engine
+    store = WorkflowStore.for_engine(engine)
+    workflow_id = _workflow(pg_settings, engine)
+    claimed = store.claim(workflow_id, "a", 0, lease_s=30.0)
+    assert claimed is not None
+    holding = threading.Event()
+    other = threading.Thread(target=_cancel_shaped, args=(engine, workflow_id, holding))
+    other.start()
+    assert holding.wait(10)
+    with caplog.at_level("INFO", logger="state.storage.db"):
+        if outcome == "succeed":
+            store.succeed(claimed, {"value": 1})
+        else:
+            store.fail(claimed, "boom")
+    other.join(30)
+    assert "SQLSTATE 40P01" in caplog.text  # it was the victim, and ran again
+    with engine.connect() as conn:
+        found = dict(
+            conn.execute(
+                select(steps.c.step_id, steps.c.status).where(steps.c.workflow_id == workflow_id)
+            ).all()
+        )
+    expected = {
+        "succeed": {"a": "success", "b": "pending"},
+        "fail": {"a": "failed", "b": "skipped"},
+    }
+    assert found == expected[outcome]

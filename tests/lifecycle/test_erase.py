@@ -14,11 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import delete
 
 from config import Settings
 from state.storage import keys
-from state.storage.tables_automation import deliveries, webhooks
 from state.webhooks.hooks import HookStore
 from tasks.client import AgentClient
 from tests.lifecycle.scan import keys_naming, rows_naming
@@ -27,14 +25,16 @@ from tests.support import REPO, settings_env, uid
 pytestmark = pytest.mark.workers
 
 
-@pytest.fixture(autouse=True)
-def no_operator_hooks_after(client: AgentClient) -> Iterator[None]:
-    """``populate`` adds an operator hook, which hears everyone: later modules' turns
-    would keep writing deliveries for it."""
+@pytest.fixture(scope="module", autouse=True)
+def _hooks_removed(client: AgentClient) -> Iterator[None]:
+    """Hooks are global (an operator's hears every session): the ones these tests add go
+    at the end, or later modules' turns would keep writing deliveries for them."""
+    hooks = HookStore(client.backend.engine)
+    before = {hook["webhook_id"] for hook in hooks.listing()}
     yield
-    with client.backend.engine.begin() as conn:
-        conn.execute(delete(deliveries))
-        conn.execute(delete(webhooks).where(webhooks.c.user_id.is_(None)))
+    for hook in hooks.listing():
+        if hook["webhook_id"] not in before:
+            hooks.remove(hook["webhook_id"])
 
 
 AGENTSTATE = str(Path(sys.executable).with_name("agentstate"))
