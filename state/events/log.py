@@ -171,6 +171,28 @@ def read(conn: Connection, session_id: str, after: int, limit: int) -> list[Docu
     return [as_document(row) for row in rows]
 
 
+def read_generation(
+    conn: Connection, session_id: str, generation: int, after: int, limit: int
+) -> list[Document] | None:
+    """:func:`read`, of the session's ``generation`` only: None if that generation is gone
+    (erased or pruned, whoever took the id since). One statement, so the events read and
+    the generation checked are of one snapshot."""
+    rows = conn.execute(
+        select(*_COLUMNS, events.c.data)
+        .select_from(
+            sessions.outerjoin(
+                events, (events.c.session_id == sessions.c.session_id) & (events.c.seq > after)
+            )
+        )
+        .where(sessions.c.session_id == session_id, sessions.c.generation == generation)
+        .order_by(events.c.seq)
+        .limit(limit)
+    ).all()
+    if not rows:
+        return None
+    return [as_document(row) for row in rows if row.seq is not None]
+
+
 def as_document(row: Any) -> Document:
     """An events row as ``{seq, kind, revision, phase, at, data}``."""
     return {

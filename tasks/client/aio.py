@@ -284,7 +284,7 @@ class AsyncAgentClient(AsyncAutomation):
         tokens: bool,
     ) -> AsyncIterator[Document]:
         feed = self._open().reads.feed
-        await self._db(lambda _: feed.require(session_id, user_id))
+        generation = await self._db(lambda _: feed.generation(session_id, user_id))
         deadline = None if timeout is None else time.monotonic() + timeout
         if not follow:
             for event in await self._db(
@@ -297,7 +297,7 @@ class AsyncAgentClient(AsyncAutomation):
             channels.append(keys.session_tokens(session_id))
         subscription = await self._open().hub.subscribe(*channels)
         try:
-            async for item in Follower(self._open(), session_id, after, tokens).run(
+            async for item in Follower(self._open(), session_id, generation, after, tokens).run(
                 subscription, deadline
             ):
                 yield item

@@ -70,8 +70,29 @@ class StreamSlots:
         return release
 
 
+# The last message of a stream whose session's generation is gone (erased or pruned):
+# a browser's EventSource sees an ``end`` event and need not reconnect to someone else's.
+GONE: Document = {"seq": None, "kind": "end", "data": {"reason": "gone"}}
+
+
+async def until_gone(source: AsyncIterator[Document]) -> AsyncIterator[Document]:
+    """``source`` (a follow without a timeout, which ends only when its session's
+    generation is gone), then :data:`GONE`."""
+    try:
+        async for event in source:
+            yield event
+    finally:
+        closer = getattr(source, "aclose", None)
+        if closer is not None:
+            await closer()
+    yield GONE
+
+
 def encode(event: Document) -> bytes:
-    """One SSE message: ``id:`` (durable events only) and the JSON on one ``data:`` line."""
+    """One SSE message: ``id:`` (durable events only) and the JSON on one ``data:`` line;
+    :data:`GONE` as ``event: end``."""
+    if event is GONE:
+        return f"event: end\ndata: {codec.dumps(GONE['data'])}\n\n".encode()
     head = f"id: {event['seq']}\n" if event.get("seq") is not None else ""
     return f"{head}data: {codec.dumps(event)}\n\n".encode()
 

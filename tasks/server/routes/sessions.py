@@ -28,7 +28,14 @@ from tasks.server.models import (
     SessionPage,
     Transition,
 )
-from tasks.server.sse import MEDIA_TYPE, EventStream, StreamLimits, StreamSlots, last_event_id
+from tasks.server.sse import (
+    MEDIA_TYPE,
+    EventStream,
+    StreamLimits,
+    StreamSlots,
+    last_event_id,
+    until_gone,
+)
 
 router = APIRouter(prefix="/v1", tags=["sessions"])
 
@@ -178,7 +185,7 @@ async def events(
     )
     release = slots.take()  # after anything that may raise: EventStream gives it back
     return EventStream(
-        source,
+        until_gone(source),
         StreamLimits(heartbeat=settings.stream_heartbeat, lifetime=lifetime),
         request.app.state.draining,
         release,
