@@ -117,7 +117,7 @@ class EventFeed:
                 for event in found:
                     after = event["seq"]
                     yield event
-                if len(found) >= PAGE:
+                if found.more:
                     continue  # more of the log is there already
                 remaining = FALLBACK_POLL_S if deadline is None else deadline - time.monotonic()
                 if remaining <= 0:
@@ -176,7 +176,7 @@ class EventFeed:
                 cursor[0] = -1
                 return
             yield from self._weave(found, cursor, merge, waiter)
-            if len(found) < PAGE:
+            if not found.more:
                 return
 
     @staticmethod
@@ -195,7 +195,7 @@ class EventFeed:
             merge.saw(event)
             yield event
 
-    def new_events(self, session_id: str, after: int, generation: int) -> list[Document] | None:
+    def new_events(self, session_id: str, after: int, generation: int) -> log.Page | None:
         """The next page (at most PAGE) of the events of the session's ``generation`` after
         ``after``, as a follower reads them: None if that generation is gone. A database
         outage reads as none yet: the follower looks again on its next wake. One page at
@@ -206,7 +206,7 @@ class EventFeed:
         except (OperationalError, InterfaceError) as exc:
             # Following outlives a database restart: look again on the next wake.
             logger.warning("database unreachable while following: %s", redact_url(str(exc)))
-            return []
+            return log.Page()
 
     def running(self, session_id: str, message_id: str, generation: int) -> bool:
         """Whether ``message_id`` is the message of the session's ``generation`` whose turn

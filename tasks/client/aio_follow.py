@@ -13,8 +13,8 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from config import redact_url
 from state.documents.codec import Document
-from state.events.feed import PAGE
 from state.events.hub import Subscription
+from state.events.log import Page
 from state.events.push import FALLBACK_POLL_S
 from state.events.stream import TokenMerge, parse_published, stored_from
 from state.storage import keys
@@ -147,10 +147,10 @@ class Follower:
                     out += self._chunks_of(ended, subscription)
                 self.merge.saw(event)
                 out.append(event)
-            if len(found) < PAGE:
+            if not found.more:
                 return out
 
-    async def _page(self, shared: bool) -> list[Document] | None:
+    async def _page(self, shared: bool) -> Page | None:
         connections = self.connections
         feed, session_id, after = connections.reads.feed, self.session_id, self.cursor
         generation = self.generation

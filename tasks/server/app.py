@@ -57,7 +57,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         404: "unknown id (or another user's)",
         409: "conflicts with what is stored; nothing was changed",
         413: "too large; nothing was changed",
-        429: "too many wrong keys from this address; retry after Retry-After seconds",
+        429: "too many wrong keys from this address, or too many streams of this key; "
+        "retry after Retry-After seconds",
         422: "the request does not match this document; nothing was changed",
         503: "a service did not answer, or no answer in time; retry",
     }.items()
@@ -99,7 +100,7 @@ def create_app(settings: Settings | None = None, client: AsyncAgentClient | None
     )
     app.state.settings = settings
     app.state.keys = KeyTable(settings.api_key_users)
-    app.state.streams = StreamSlots(settings.max_streams)
+    app.state.streams = StreamSlots(settings.max_streams, settings.max_streams_per_key)
     app.state.client = client or open_client(settings)
     app.state.backend = Backend.build(settings)
     engine = app.state.backend.engine

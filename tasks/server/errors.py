@@ -39,6 +39,7 @@ from state.errors import (
     SessionOwnershipError,
     StaleStateError,
     StateLockAcquisitionError,
+    TooManyRequestsError,
     UnauthorizedError,
     UserStateTooLargeError,
 )
@@ -51,6 +52,7 @@ RETRY_AFTER_S = "1"
 _RULES: list[tuple[tuple[type[Exception], ...], int, str]] = [
     ((UnauthorizedError,), 401, "unauthorized"),
     ((ForbiddenError,), 403, "forbidden"),
+    ((TooManyRequestsError,), 429, "rate_limited"),
     ((DatabaseNotFoundError,), 503, "unavailable"),  # the server's setup, not the caller's
     ((NotFoundError, SessionOwnershipError), 404, "not_found"),
     ((RequestTooLargeError, MessageTooLargeError, UserStateTooLargeError), 413, "bad_input"),
@@ -89,7 +91,7 @@ def error_response(status: int, kind: str, message: str) -> JSONResponse:
     headers: dict[str, str] = {}
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
-    if status == 503:
+    if status in (429, 503):
         headers["Retry-After"] = RETRY_AFTER_S
     body = {"error": lines[0] if lines else kind, "kind": kind}
     return JSONResponse(body, status_code=status, headers=headers)

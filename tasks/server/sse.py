@@ -27,7 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from state.documents import codec
 from state.documents.codec import Document
-from state.errors import ServiceUnavailableError
+from state.errors import ServiceUnavailableError, TooManyRequestsError
 
 logger = logging.getLogger(__name__)
 
@@ -45,20 +45,31 @@ class StreamLimits:
 
 
 class StreamSlots:
-    """Open streams of this process, at most AGENTSTATE_MAX_STREAMS (the event loop's
-    own count: no lock needed)."""
+    """Open streams of this process, at most AGENTSTATE_MAX_STREAMS, and at most
+    AGENTSTATE_MAX_STREAMS_PER_KEY of one key, so one key cannot hold every slot (the
+    event loop's own counts: no lock needed)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, per_key: int | None = None) -> None:
         self.limit = limit
+        self.per_key = per_key
         self.open = 0
+        self.by_key: dict[int, int] = {}
 
-    def take(self) -> Callable[[], None]:
-        """A slot (its release), or ServiceUnavailableError when all are taken."""
+    def take(self, key: int = 0) -> Callable[[], None]:
+        """A slot for a stream of ``key`` (its release); ServiceUnavailableError when all
+        are taken, TooManyRequestsError when ``key`` holds its share."""
         if self.open >= self.limit:
             raise ServiceUnavailableError(
                 f"AGENTSTATE_MAX_STREAMS ({self.limit}) event streams are open; try again"
             )
+        held = self.by_key.get(key, 0)
+        if self.per_key is not None and held >= self.per_key:
+            raise TooManyRequestsError(
+                f"this key holds AGENTSTATE_MAX_STREAMS_PER_KEY ({self.per_key}) open event "
+                "streams; close one first"
+            )
         self.open += 1
+        self.by_key[key] = held + 1
         released = False
 
         def release() -> None:
@@ -66,6 +77,11 @@ class StreamSlots:
             if not released:
                 released = True
                 self.open -= 1
+                left = self.by_key[key] - 1
+                if left:
+                    self.by_key[key] = left
+                else:
+                    del self.by_key[key]
 
         return release
 

@@ -148,3 +148,28 @@ def test_repeated_wrong_keys_from_one_address_get_429(settings: Settings, tmp_pa
 def test_a_connection_that_never_finishes_its_headers_is_closed(keyed: Api) -> None:
     with head_only(keyed, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ") as sock:
         assert sock.recv(4096) == b""  # closed by the server, not by our timeout (30 s)
+
+
+def test_one_key_holds_at_most_its_share_of_the_streams(settings: Settings, tmp_path: Path) -> None:
+    keys = new_keys("alice", "bob")
+    with serving(settings, tmp_path, keys, AGENTSTATE_MAX_STREAMS_PER_KEY="2") as api:
+        alice, bob = api.client("alice"), api.client("bob")
+        paths = {}
+        for user, client in (("alice", alice), ("bob", bob)):
+            session_id = uid("s")
+            sent = client.post(
+                f"/v1/sessions/{session_id}/messages", json={"text": "hi", "user_id": user}
+            )
+            assert sent.status_code == 202, sent.text
+            paths[user] = f"/v1/sessions/{session_id}/events"
+        with alice.stream("GET", paths["alice"]) as one, alice.stream("GET", paths["alice"]) as two:
+            assert one.status_code == two.status_code == 200
+            third = alice.get(paths["alice"])
+            assert third.status_code == 429, third.text
+            assert "AGENTSTATE_MAX_STREAMS_PER_KEY" in third.json()["error"]
+            assert third.headers["Retry-After"]
+            with bob.stream("GET", paths["bob"]) as others:
+                assert others.status_code == 200  # another key's share is its own
+        with alice.stream("GET", paths["alice"], params={"timeout": 0.5}) as again:
+            assert again.status_code == 200  # closed streams gave their slots back
+            again.read()

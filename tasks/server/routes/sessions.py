@@ -183,7 +183,7 @@ async def events(
     source = client.events(
         session_id, after=start, follow=True, timeout=None, user_id=who.user_id, tokens=tokens
     )
-    release = slots.take()  # after anything that may raise: EventStream gives it back
+    release = slots.take(who.key)  # after anything that may raise: EventStream gives it back
     return EventStream(
         until_gone(source),
         StreamLimits(heartbeat=settings.stream_heartbeat, lifetime=lifetime),
