@@ -371,6 +371,11 @@ class AsyncAgentClient(AsyncAutomation):
         found: Document = await self._in_thread("retry_workflow", workflow_id, user_id=user_id)
         return found
 
+    async def create_session(self, user_id: str) -> str:
+        """``AgentClient.create_session``."""
+        session_id: str = await self._in_thread("create_session", user_id)
+        return session_id
+
     async def list_sessions(
         self,
         user_id: str | None = None,

@@ -16,6 +16,7 @@ when its client goes away or the server shuts down, and stops reading the event 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ from state.errors import ServiceUnavailableError, TooManyRequestsError
 logger = logging.getLogger(__name__)
 
 MEDIA_TYPE = "text/event-stream"
+_SEQ = re.compile(r"[0-9]{1,19}")
 RECONNECT_MS = 1000
 _BUFFER = 16
 
@@ -115,7 +117,8 @@ def encode(event: Document) -> bytes:
 
 def last_event_id(header: str | None) -> int | None:
     """The seq a ``Last-Event-ID`` header names (None: absent or not a seq of ours)."""
-    if header is None or not header.strip().isdigit():
+    # ASCII digits only: str.isdigit() also takes '²', which int() then refuses.
+    if header is None or not _SEQ.fullmatch(header.strip()):
         return None
     value = int(header.strip())
     return value if value < 2**63 else None
