@@ -224,6 +224,13 @@ class Settings(BaseSettings):
         "turn); the next send_message is refused with a bad-input error naming "
         "AGENTSTATE_MAX_QUEUED_MESSAGES, nothing stored.",
     )
+    max_queued_messages_per_user: int = Field(
+        1000,
+        ge=1,
+        description="Messages that may wait across all of one user's sessions (beside the "
+        "per-session AGENTSTATE_MAX_QUEUED_MESSAGES); the next send_message is refused with "
+        "a bad-input error naming AGENTSTATE_MAX_QUEUED_MESSAGES_PER_USER, nothing stored.",
+    )
     max_pending_approvals: int = Field(
         100,
         ge=1,
@@ -307,6 +314,18 @@ class Settings(BaseSettings):
     """The longest an event stream stays open (clients resume with `Last-Event-ID`)."""
     max_streams: int = Field(1000, ge=1)
     """Event streams one `agentstate serve` process holds at once."""
+    max_streams_per_key: int = Field(20, ge=1)
+    """Event streams one API key (or, without keys, one caller) holds open at once in one
+    `agentstate serve` process, beside `AGENTSTATE_MAX_STREAMS`."""
+    http_header_timeout: float = Field(10.0, gt=0)
+    """Seconds a connection may take to send a request's headers before `agentstate serve`
+    closes it (a client that opens connections and never finishes them holds nothing)."""
+    http_max_connections: int = Field(2048, ge=1)
+    """Connections (and requests in flight) `agentstate serve` holds at once; past it a
+    request answers 503."""
+    http_bad_key_limit: int = Field(100, ge=1)
+    """Wrong API keys one client address may present in a minute; past it every request of
+    that address answers 429 with `Retry-After` until the minute is over."""
     # Operations: metrics, traces, logs (docs/operations/observability.md).
     metrics_port: int = Field(
         0,

@@ -174,6 +174,11 @@ class ServiceUnavailableError(AgentStateError):
     """Redis or the database did not answer within the retry budget."""
 
 
+class TooManyRequestsError(AgentStateError):
+    """One caller holds or asks for more than its share (AGENTSTATE_MAX_STREAMS_PER_KEY);
+    HTTP answers 429 with Retry-After."""
+
+
 class PoolerInTransactionModeError(ServiceUnavailableError):
     """A transaction's prepared statements met a pooler in transaction mode without
     AGENTSTATE_DB_POOLER set; the process goes on unprepared, the transaction runs again."""

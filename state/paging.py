@@ -67,8 +67,12 @@ def decode(cursor: object) -> tuple[datetime, str]:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         moment, item_id = codec.loads(base64.urlsafe_b64decode(padded))
-        return as_utc(datetime.fromisoformat(moment)), str(item_id)
-    except (ValueError, TypeError) as exc:
+        # An offset that moves the moment out of datetime's years overflows; a NUL is
+        # no character of an id (and the driver refuses it): both are a bad cursor.
+        if not isinstance(item_id, str) or "\x00" in item_id:
+            raise refused
+        return as_utc(datetime.fromisoformat(moment)), item_id
+    except (ValueError, TypeError, OverflowError) as exc:
         raise refused from exc
 
 

@@ -98,3 +98,16 @@ def quick_count(inputs: Document, deps: Document, context: Document) -> Document
     if runs <= int(inputs.get("failures", 0)):
         raise RuntimeError(f"quick failure {runs}")
     return {"value": 1 + sum(d.get("value", 0) for d in deps.values())}
+
+
+@action("context_secret")
+def context_secret(inputs: Document, deps: Document, context: Document) -> Document:
+    """The ``tenant_secret`` of the context the step was handed."""
+    return {"seen": context.get("tenant_secret")}
+
+
+@action("quick_context_secret")
+@quick
+def quick_context_secret(inputs: Document, deps: Document, context: Document) -> Document:
+    """``context_secret``, run inline (from what its message carries)."""
+    return {"seen": context.get("tenant_secret")}

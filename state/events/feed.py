@@ -69,6 +69,19 @@ class EventFeed:
             raise unknown(session_id)
         return found
 
+    def generation(self, session_id: str, user_id: str | None = None) -> int:
+        """The session's generation (``state.storage.generations``): what a follower is
+        bound to. NotFoundError for an unknown session or another user's."""
+        with read_connection(self.engine) as conn:
+            row = conn.execute(
+                select(sessions.c.user_id, sessions.c.generation).where(
+                    sessions.c.session_id == session_id
+                )
+            ).first()
+        if row is None or (user_id is not None and row[0] != user_id):
+            raise unknown(session_id)
+        return int(row[1])
+
     # -- events ----------------------------------------------------------------
 
     def events(
@@ -81,27 +94,38 @@ class EventFeed:
     ) -> Iterator[Document]:
         """The session's events with ``seq > after``, in order; with ``follow``, then the
         new ones as they commit, until ``timeout`` seconds have passed (None: forever);
-        with ``tokens`` too, the chunks streamed meanwhile (``state.events.stream``)."""
+        with ``tokens`` too, the chunks streamed meanwhile (``state.events.stream``).
+        Following ends when the session's generation is gone (erased or pruned): nothing
+        of whoever takes the id next is read."""
         deadline = None if timeout is None else time.monotonic() + timeout
         if not follow:
             yield from self._pages(session_id, after)
             return
+        try:
+            generation = self.generation(session_id)
+        except NotFoundError:
+            return
         if tokens and self.stream is not None:
-            yield from self._with_tokens(session_id, after, deadline)
+            yield from self._with_tokens(session_id, generation, after, deadline)
             return
         channel = keys.session_events(session_id)
         with Waiter(self.redis, [channel], self.push) as waiter:
             while True:
-                for event in self._pages(session_id, after, tolerant=True):
+                found = self.new_events(session_id, after, generation)
+                if found is None:
+                    return
+                for event in found:
                     after = event["seq"]
                     yield event
+                if found.more:
+                    continue  # more of the log is there already
                 remaining = FALLBACK_POLL_S if deadline is None else deadline - time.monotonic()
                 if remaining <= 0:
                     return
                 waiter.wait(remaining)
 
     def _with_tokens(
-        self, session_id: str, after: int, deadline: float | None
+        self, session_id: str, generation: int, after: int, deadline: float | None
     ) -> Iterator[Document]:
         """Follow events and chunks (see ``state.events.stream``): subscribed first, then
         the stored chunks of the message being answered, then the log; then what the two
@@ -113,12 +137,14 @@ class EventFeed:
         waiter = TokenWaiter(self.redis, session_id, self.push)
         with waiter:
             stored = self.stream.stored(session_id) if waiter.pubsub is not None else None
-            if stored is not None and self.running(session_id, stored.message_id):
+            if stored is not None and self.running(session_id, stored.message_id, generation):
                 merge.catch_up(stored)
             read = True
             while True:
                 if read:
-                    yield from self._woven(session_id, cursor, merge, waiter)
+                    yield from self._woven(session_id, generation, cursor, merge, waiter)
+                    if cursor[0] < 0:
+                        return
                     yield from merge.release()
                 remaining = FALLBACK_POLL_S if deadline is None else deadline - time.monotonic()
                 if remaining <= 0:
@@ -126,17 +152,38 @@ class EventFeed:
                 read = not waiter.wait(remaining)  # nothing came: the fallback poll reads
                 for item in waiter.take():
                     if item is None:
-                        yield from self._woven(session_id, cursor, merge, waiter)
+                        yield from self._woven(session_id, generation, cursor, merge, waiter)
+                        if cursor[0] < 0:
+                            return  # gone: the chunks after this push are not its own
                         continue
                     chunk = merge.chunk(*item)
                     if chunk is not None:
                         yield chunk
 
     def _woven(
-        self, session_id: str, cursor: list[int], merge: TokenMerge, waiter: TokenWaiter
+        self,
+        session_id: str,
+        generation: int,
+        cursor: list[int],
+        merge: TokenMerge,
+        waiter: TokenWaiter,
     ) -> Iterator[Document]:
-        """The new events, each message's chunks shown before the event that ends it."""
-        for event in self._pages(session_id, cursor[0], tolerant=True):
+        """The new events, each message's chunks shown before the event that ends it
+        (``cursor[0]`` set to -1 when the session's generation is gone)."""
+        while True:
+            found = self.new_events(session_id, cursor[0], generation)
+            if found is None:
+                cursor[0] = -1
+                return
+            yield from self._weave(found, cursor, merge, waiter)
+            if not found.more:
+                return
+
+    @staticmethod
+    def _weave(
+        found: list[Document], cursor: list[int], merge: TokenMerge, waiter: TokenWaiter
+    ) -> Iterator[Document]:
+        for event in found:
             cursor[0] = event["seq"]
             ended = merge.ending(event)
             if ended is not None:
@@ -148,17 +195,30 @@ class EventFeed:
             merge.saw(event)
             yield event
 
-    def new_events(self, session_id: str, after: int) -> list[Document]:
-        """The events after ``after`` as a follower reads them (a database outage reads as
-        none yet: the follower looks again on its next wake)."""
-        return list(self._pages(session_id, after, tolerant=True))
+    def new_events(self, session_id: str, after: int, generation: int) -> log.Page | None:
+        """The next page (at most PAGE) of the events of the session's ``generation`` after
+        ``after``, as a follower reads them: None if that generation is gone. A database
+        outage reads as none yet: the follower looks again on its next wake. One page at
+        a time, so a follower holds a page of the log, never the whole of it."""
+        try:
+            with read_connection(self.engine) as conn:
+                return log.read_generation(conn, session_id, generation, after, PAGE)
+        except (OperationalError, InterfaceError) as exc:
+            # Following outlives a database restart: look again on the next wake.
+            logger.warning("database unreachable while following: %s", redact_url(str(exc)))
+            return log.Page()
 
-    def running(self, session_id: str, message_id: str) -> bool:
-        """Whether ``message_id`` is the session's message whose turn is running."""
+    def running(self, session_id: str, message_id: str, generation: int) -> bool:
+        """Whether ``message_id`` is the message of the session's ``generation`` whose turn
+        is running."""
         with read_connection(self.engine) as conn:
             state = conn.execute(
-                select(inbox.c.state).where(
-                    inbox.c.message_id == message_id, inbox.c.session_id == session_id
+                select(inbox.c.state)
+                .join(sessions, sessions.c.session_id == inbox.c.session_id)
+                .where(
+                    inbox.c.message_id == message_id,
+                    inbox.c.session_id == session_id,
+                    sessions.c.generation == generation,
                 )
             ).scalar()
         return state == InboxState.STARTED

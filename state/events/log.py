@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, Text, cast, func, insert, or_, select, update
 
 from state.clock import iso, utcnow
 from state.documents import codec
@@ -175,6 +175,61 @@ def read(conn: Connection, session_id: str, after: int, limit: int) -> list[Docu
         .limit(limit)
     )
     return [as_document(row) for row in rows]
+
+
+# A follower's page is bounded in bytes too: however long the log and its events, an
+# open stream holds about this much of it (and at least one event).
+PAGE_BYTES = 1 << 20
+
+
+class Page(list[Document]):
+    """Events read a page at a time; ``more``: the log goes on past this page."""
+
+    more: bool = False
+
+
+def read_generation(
+    conn: Connection,
+    session_id: str,
+    generation: int,
+    after: int,
+    limit: int,
+    *,
+    max_bytes: int = PAGE_BYTES,
+) -> Page | None:
+    """:func:`read`, of the session's ``generation`` only, and at most ``max_bytes`` of
+    event data (always at least one event): None if that generation is gone (erased or
+    pruned, whoever took the id since). One statement, so the events read and the
+    generation checked are of one snapshot."""
+    size = func.length(cast(events.c.data, Text))
+    found = (
+        select(*_COLUMNS, events.c.data, size.label("size"))
+        .select_from(
+            sessions.outerjoin(
+                events, (events.c.session_id == sessions.c.session_id) & (events.c.seq > after)
+            )
+        )
+        .where(sessions.c.session_id == session_id, sessions.c.generation == generation)
+        .order_by(events.c.seq)
+        .limit(limit)
+        .subquery()
+    )
+    # The running size over the page only (the LIMIT first), never over the whole log.
+    sized = select(
+        found,
+        func.sum(found.c.size).over(order_by=found.c.seq).label("running"),
+        func.count().over().label("rows"),
+    ).subquery()
+    rows = conn.execute(
+        select(sized)
+        .where(or_(sized.c.running.is_(None), sized.c.running - sized.c.size < max_bytes))
+        .order_by(sized.c.seq)
+    ).all()
+    if not rows:
+        return None
+    page = Page(as_document(row) for row in rows if row.seq is not None)
+    page.more = bool(page) and (rows[0].rows >= limit or len(rows) < rows[0].rows)
+    return page
 
 
 def as_document(row: Any) -> Document:

@@ -30,10 +30,17 @@ _COLUMNS = (
 )
 
 
+MAX_SEQ = 2**31 - 1  # messages.seq is an INTEGER
+
+
 def read_history(
     conn: Connection, session_id: str, last: int | None = None, before_seq: int | None = None
 ) -> list[Document]:
     """The history in order (the newest ``last`` items before ``before_seq``, if given)."""
+    if before_seq is not None and before_seq > MAX_SEQ:
+        # Past every seq the column can hold: the same as no bound (and never a number
+        # the database refuses as out of its column's range).
+        before_seq = None
     rows = _range(conn, session_id, last, before_seq)
     lowest = int(rows[-1][4]) if last is not None and rows else (int(rows[0][4]) if rows else None)
     wanted = None if last is None else last - len(rows)

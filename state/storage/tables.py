@@ -28,6 +28,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeEngine
 
 from state.documents import codec
+from state.storage.generations import NewGeneration
 
 ID = String(128)
 # SQLite only auto-increments an INTEGER PRIMARY KEY.
@@ -90,6 +91,7 @@ class SessionRow(Base):
 
     session_id: Mapped[str] = mapped_column(ID, primary_key=True)
     user_id: Mapped[str] = mapped_column(ID, nullable=False)  # ix_sessions_user_created
+    generation: Mapped[int] = mapped_column(BigInteger, nullable=False, default=NewGeneration())
     phase: Mapped[str] = mapped_column(String(32), nullable=False, server_default="idle")
     status: Mapped[str] = mapped_column(String(16), nullable=False, server_default="active")
     revision: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
@@ -194,6 +196,7 @@ class WorkflowRow(Base):
     __tablename__ = "workflows"
 
     workflow_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    generation: Mapped[int] = mapped_column(BigInteger, nullable=False, default=NewGeneration())
     session_id: Mapped[str | None] = mapped_column(ID)  # ix_workflows_session_created
     # The owner: the session's user, or the user who started a workflow of no session
     # (None: started by trusted code without a user; only unscoped callers reach it).
@@ -230,6 +233,7 @@ class StepRow(Base):
 
     workflow_id: Mapped[str] = mapped_column(ID, primary_key=True)
     step_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    generation: Mapped[int] = mapped_column(BigInteger, nullable=False)  # its workflow's
     step_name: Mapped[str] = mapped_column(String(255), nullable=False)
     action: Mapped[str] = mapped_column(String(128), nullable=False)
     status: Mapped[str] = mapped_column(String(16), nullable=False)

@@ -64,7 +64,7 @@ def outputs(fn: ActionFn, claimed: ClaimedStep, store: WorkflowStore, max_bytes:
     if deps is None:
         deps = store.dependency_outputs(claimed.workflow_id, claimed.dependencies)
     key = step_key(claimed.workflow_id, claimed.step_id)
-    context = {**store.context(claimed.workflow_id), "idempotency_key": key}
+    context = {**store.context(claimed.workflow_id, claimed.generation), "idempotency_key": key}
     result = fn(dict(claimed.inputs), deps, context)
     if not isinstance(result, dict):
         raise InvalidPayloadError(

@@ -48,8 +48,9 @@ def insert_workflow(
         user_id = owner
     asking = sum(1 for step in wf.steps.values() if step.approval)
     quota.reserve(conn, user_id, asking, max_pending_approvals)
-    conn.execute(
-        insert(workflows).values(
+    generation = conn.execute(
+        insert(workflows)
+        .values(
             workflow_id=wf.workflow_id,
             session_id=wf.session_id,
             user_id=user_id,
@@ -63,8 +64,13 @@ def insert_workflow(
             created_at=now,
             updated_at=now,
         )
-    )
-    rows = [step_row(wf.workflow_id, step, now, user_id) for step in wf.steps.values()]
+        .returning(workflows.c.generation)
+    ).scalar_one()
+    # The steps carry their workflow's generation: a claim returns it with the step.
+    rows = [
+        {**step_row(wf.workflow_id, step, now, user_id), "generation": generation}
+        for step in wf.steps.values()
+    ]
     for start in range(0, len(rows), _INSERT_BATCH):
         conn.execute(insert(steps), rows[start : start + _INSERT_BATCH])
     # A step that waits for its approval is sent when it is decided, not before.

@@ -11,6 +11,7 @@ from sqlalchemy import ColumnElement, Connection, Engine, func, select, true
 from state.clock import iso
 from state.documents import codec
 from state.documents.codec import Document
+from state.errors import NotFoundError
 from state.storage.db import read_connection
 from state.storage.tables import steps, workflows
 from state.workflow import WorkflowStatus, WorkflowStepStatus
@@ -32,6 +33,7 @@ CLAIM_COLUMNS = (
     steps.c.retry_count,
     steps.c.max_retries,
     steps.c.timeout_s,
+    steps.c.generation,
 )
 
 
@@ -40,7 +42,9 @@ class WorkflowReads:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._contexts: OrderedDict[str, Document] = OrderedDict()
+        # Keyed by (workflow_id, generation): an id that erasure or retention freed and
+        # someone took again is another workflow, and never sees this one's context.
+        self._contexts: OrderedDict[tuple[str, int], Document] = OrderedDict()
 
     def leftover(self, workflow_id: str, step_id: str, task_id: str) -> Leftover | None:
         """What an earlier delivery of ``task_id`` committed but may not have followed up
@@ -123,16 +127,23 @@ class WorkflowReads:
             )
             return {r[0]: codec.loads(r[1]) for r in rows}
 
-    def context(self, workflow_id: str) -> Document:
-        """The workflow's shared context (immutable, so cached per process)."""
-        cached = self._contexts.get(workflow_id)
+    def context(self, workflow_id: str, generation: int) -> Document:
+        """The shared context of the workflow's ``generation`` (immutable, so cached per
+        process); NotFoundError if that generation is gone (erased, pruned)."""
+        key = (workflow_id, generation)
+        cached = self._contexts.get(key)
         if cached is None:
             with read_connection(self.engine) as conn:
                 raw = conn.execute(
-                    select(workflows.c.context).where(workflows.c.workflow_id == workflow_id)
-                ).scalar_one()
+                    select(workflows.c.context).where(
+                        workflows.c.workflow_id == workflow_id,
+                        workflows.c.generation == generation,
+                    )
+                ).scalar()
+            if raw is None:
+                raise NotFoundError(f"workflow {workflow_id!r} is gone")
             cached = codec.loads(raw)
-            self._contexts[workflow_id] = cached
+            self._contexts[key] = cached
             if len(self._contexts) > CONTEXT_CACHE_SIZE:
                 self._contexts.popitem(last=False)
         return dict(cached)

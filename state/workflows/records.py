@@ -39,6 +39,9 @@ class ClaimedStep:
     timeout_s: float | None = None
     dep_outputs: Document | None = None  # read with the claim when the backend can
     dependents: list[str] | None = None
+    # The workflow's generation (``state.storage.generations``): what the step reads of
+    # its workflow beyond its own row (the context) is read at this generation.
+    generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ def claimed_from_row(workflow_id: str, step_id: str, revision: int, row: Any) ->
         retry_count=int(row.retry_count),
         max_retries=int(row.max_retries),
         timeout_s=row.timeout_s,
+        generation=int(row.generation),
     )
 
 
@@ -181,6 +185,7 @@ def carried_step(workflow_id: str, step_id: str, revision: int, raw: str) -> Cla
         max_retries=payload["max_retries"],
         dep_outputs=payload["dep_outputs"],
         dependents=payload["dependents"],
+        generation=payload["generation"],
     )
 
 
@@ -191,11 +196,16 @@ def _carried_step_fits(payload: Document) -> bool:
         and all(isinstance(payload.get(name), dict) for name in ("inputs", "dep_outputs"))
         and all(_strings(payload.get(name)) for name in names)
         and all(_count(payload.get(name)) for name in ("retry_count", "max_retries"))
+        and _generation(payload.get("generation"))
     )
 
 
 def _strings(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _generation(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
 
 
 def _count(value: object) -> bool:

@@ -44,7 +44,7 @@ from state.workflows.store import WorkflowStore
 # The step as ClaimedStep needs it, with its dependencies' outputs, from a row ``c``.
 _STEP_WITH_DEPS = """
 SELECT c.action, c.inputs::text AS inputs, c.dependencies::text AS dependencies,
-  c.dependents::text AS dependents, c.retry_count, c.max_retries, c.timeout_s,
+  c.dependents::text AS dependents, c.retry_count, c.max_retries, c.timeout_s, c.generation,
   (SELECT coalesce(jsonb_object_agg(e.dep, (
             SELECT d.outputs FROM workflow_steps d
              WHERE d.workflow_id = %(workflow_id)s AND d.step_id = e.dep)), '{}'::jsonb)::text
@@ -62,7 +62,8 @@ WITH c AS (
     AND (%(cap)s <= 0 OR owner = '' OR status = 'running'
          OR (SELECT count(*) FROM workflow_steps r
               WHERE r.owner = workflow_steps.owner AND r.status = 'running') < %(cap)s)
-  RETURNING action, inputs, dependencies, dependents, retry_count, max_retries, timeout_s
+  RETURNING action, inputs, dependencies, dependents, retry_count, max_retries, timeout_s,
+    generation
 )"""
 CLAIM = "".join((_CLAIM_UPDATE, _STEP_WITH_DEPS, "\nFROM c"))
 
@@ -86,6 +87,7 @@ def _carry_object(row: str, dep_output: str) -> str:
     return f"""jsonb_build_object('action', {row}.action, 'inputs', {row}.inputs,
     'dependencies', {row}.dependencies, 'dependents', {row}.dependents,
     'retry_count', {row}.retry_count, 'max_retries', {row}.max_retries,
+    'generation', {row}.generation,
     'dep_outputs', (SELECT coalesce(jsonb_object_agg(e.dep, {dep_output}), '{{}}'::jsonb)
       FROM jsonb_array_elements_text({row}.dependencies) AS e(dep)))"""  # noqa: S608
 
@@ -170,7 +172,7 @@ _COUNT_DOWN = """UPDATE workflow_steps SET remaining_deps = remaining_deps - 1,
   WHERE workflow_id = %(workflow_id)s AND {dependent}
     AND EXISTS (SELECT 1 FROM s)
   RETURNING step_id, remaining_deps, status, revision, action, inputs, dependencies,
-    dependents, retry_count, max_retries, timeout_s, not_before_s, approval"""
+    dependents, retry_count, max_retries, timeout_s, not_before_s, approval, generation"""
 # Up to this many dependents, each is counted down by its whole primary key.
 KEYED_DEPENDENTS_MAX = 8
 
@@ -341,6 +343,7 @@ class _StepWithDeps(NamedTuple):
     retry_count: int
     max_retries: int
     timeout_s: float | None
+    generation: int
     dep_outputs: str
 
 

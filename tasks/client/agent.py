@@ -23,7 +23,7 @@ from state.documents.codec import Document, require_object
 from state.events.feed import EventFeed
 from state.events.push import Notifier, Waiter
 from state.events.stream import TokenStream
-from state.ids import validate_id
+from state.ids import new_id, validate_id
 from state.machine import Phase
 from state.sessions.agents import pin_agent
 from state.sessions.inbox import Inbox
@@ -95,6 +95,16 @@ class AgentClient(ApprovalControl, Timeline, Lifecycle, Automation):
         self.reads = SessionReads(self.sessions, self.inbox, self.feed)
 
     # -- conversations ---------------------------------------------------------
+
+    def create_session(self, user_id: str) -> str:
+        """A new, empty session of ``user_id`` under an id minted here (random, never one
+        anyone holds), returned. A multi-user app should let the service mint its ids:
+        a chosen id another user holds is refused (``send_message`` raises NotFoundError),
+        which tells a taken id from a free one."""
+        validate_id(user_id, "user")
+        session_id = new_id("s")
+        self.sessions.create(session_id, user_id)
+        return session_id
 
     def send_message(
         self,

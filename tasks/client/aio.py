@@ -298,7 +298,7 @@ class AsyncAgentClient(AsyncAutomation):
         tokens: bool,
     ) -> AsyncIterator[Document]:
         feed = self._open().reads.feed
-        await self._db(lambda _: feed.require(session_id, user_id))
+        generation = await self._db(lambda _: feed.generation(session_id, user_id))
         deadline = None if timeout is None else time.monotonic() + timeout
         if not follow:
             for event in await self._db(
@@ -311,7 +311,7 @@ class AsyncAgentClient(AsyncAutomation):
             channels.append(keys.session_tokens(session_id))
         subscription = await self._open().hub.subscribe(*channels)
         try:
-            async for item in Follower(self._open(), session_id, after, tokens).run(
+            async for item in Follower(self._open(), session_id, generation, after, tokens).run(
                 subscription, deadline
             ):
                 yield item
@@ -384,6 +384,11 @@ class AsyncAgentClient(AsyncAutomation):
         """``AgentClient.retry_workflow``."""
         found: Document = await self._in_thread("retry_workflow", workflow_id, user_id=user_id)
         return found
+
+    async def create_session(self, user_id: str) -> str:
+        """``AgentClient.create_session``."""
+        session_id: str = await self._in_thread("create_session", user_id)
+        return session_id
 
     async def list_sessions(
         self,

@@ -14,6 +14,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from config import redact_url
 from state.documents.codec import Document
 from state.events.hub import Subscription
+from state.events.log import Page
 from state.events.push import FALLBACK_POLL_S
 from state.events.stream import TokenMerge, parse_published, stored_from
 from state.storage import keys
@@ -40,9 +41,20 @@ class Follower:
     fallback poll), chunks woven in as ``state.events.stream.TokenMerge`` says, as the
     sync ``EventFeed`` does."""
 
-    def __init__(self, connections: Connections, session_id: str, after: int, tokens: bool) -> None:
+    def __init__(
+        self,
+        connections: Connections,
+        session_id: str,
+        generation: int,
+        after: int,
+        tokens: bool,
+    ) -> None:
         self.connections = connections
         self.session_id = session_id
+        # Bound to the session's generation: when it is gone (erased, pruned) following
+        # ends, whoever takes the id next (``state.storage.generations``).
+        self.generation = generation
+        self.gone = False
         self.cursor = after
         self.tokens = tokens
         self.tokens_channel = keys.session_tokens(session_id)
@@ -53,6 +65,8 @@ class Follower:
     async def run(
         self, subscription: Subscription, deadline: float | None
     ) -> AsyncIterator[Document]:
+        """The events and chunks, until ``deadline`` or until the session's generation is
+        gone (then :attr:`gone` is true)."""
         if self.tokens and subscription.confirmed:
             await self._catch_up()
         read, first = True, True
@@ -60,6 +74,8 @@ class Follower:
             if read:
                 for item in await self._woven(subscription, shared=not first):
                     yield item
+                if self.gone:
+                    return
                 for item in self.merge.release():
                     yield item
                 first = False
@@ -68,17 +84,28 @@ class Follower:
                 return
             self.backlog = await subscription.receive(min(remaining, FALLBACK_POLL_S))
             read = not self.backlog  # nothing came: the fallback poll reads
-            while self.backlog:
-                entry = self.backlog.pop(0)
-                if entry is None:
+            async for received in self._received(subscription):
+                if received is None:
                     read = True
-                elif entry[0] != self.tokens_channel:
-                    for item in await self._woven(subscription):
-                        yield item
                 else:
-                    chunk = self._chunk(entry[1])
-                    if chunk is not None:
-                        yield chunk
+                    yield received
+            if self.gone:
+                return
+
+    async def _received(self, subscription: Subscription) -> AsyncIterator[Document | None]:
+        """What the backlog brings, in order (None: a fallback read is due); stops when the
+        generation is gone: the chunks after that push are not of this generation."""
+        while self.backlog and not self.gone:
+            entry = self.backlog.pop(0)
+            if entry is None:
+                yield None
+            elif entry[0] != self.tokens_channel:
+                for item in await self._woven(subscription):
+                    yield item
+            else:
+                chunk = self._chunk(entry[1])
+                if chunk is not None:
+                    yield chunk
 
     def _chunk(self, payload: bytes) -> Document | None:
         parsed = parse_published(payload)
@@ -96,33 +123,46 @@ class Follower:
             return
         stored = stored_from(found)
         if stored is not None and await bridged(
-            connections.engine, lambda _: feed.running(session_id, stored.message_id)
+            connections.engine,
+            lambda _: feed.running(session_id, stored.message_id, self.generation),
         ):
             self.merge.catch_up(stored)
 
     async def _woven(self, subscription: Subscription, *, shared: bool = True) -> list[Document]:
         """The new events, each message's chunks before the event that ends it. Read with
         the other followers at this place (``SharedReads``), except a follower's first
-        read: its subscription may be newer than a read already running."""
+        read: its subscription may be newer than a read already running. Read a page at
+        a time (``EventFeed.new_events``); sets :attr:`gone` when the generation is."""
+        out: list[Document] = []
+        while True:
+            found = await self._page(shared)
+            if found is None:
+                self.gone = True
+                return out
+            for event in found:
+                self.cursor = event["seq"]
+                ended = self.merge.ending(event)
+                if ended is not None:
+                    out += self.merge.release(ended)
+                    out += self._chunks_of(ended, subscription)
+                self.merge.saw(event)
+                out.append(event)
+            if not found.more:
+                return out
+
+    async def _page(self, shared: bool) -> Page | None:
         connections = self.connections
         feed, session_id, after = connections.reads.feed, self.session_id, self.cursor
-        read = partial(bridged, connections.engine, lambda _: feed.new_events(session_id, after))
-        if shared:
-            hub = connections.hub
-            news = hub.last_news(self.events_channel)
-            found = await connections.shared.new_events((session_id, after), news, hub.clock, read)
-        else:
-            found = await read()
-        out: list[Document] = []
-        for event in found:
-            self.cursor = event["seq"]
-            ended = self.merge.ending(event)
-            if ended is not None:
-                out += self.merge.release(ended)
-                out += self._chunks_of(ended, subscription)
-            self.merge.saw(event)
-            out.append(event)
-        return out
+        generation = self.generation
+        read = partial(
+            bridged, connections.engine, lambda _: feed.new_events(session_id, after, generation)
+        )
+        if not shared:
+            return await read()
+        hub = connections.hub
+        news = hub.last_news(self.events_channel)
+        place = (f"{session_id}@{generation}", after)
+        return await connections.shared.new_events(place, news, hub.clock, read)
 
     def _chunks_of(self, message_id: str, subscription: Subscription) -> list[Document]:
         """The chunks of ``message_id`` received and not shown yet, pulled ahead."""

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from functools import partial
 
-from state.documents.codec import Document
+from state.events.log import Page
 
 
 class SharedReads:
@@ -18,15 +18,15 @@ class SharedReads:
     between followers, read-only."""
 
     def __init__(self) -> None:
-        self._running: dict[tuple[str, int], tuple[int, asyncio.Task[list[Document]]]] = {}
+        self._running: dict[tuple[str, int], tuple[int, asyncio.Task[Page | None]]] = {}
 
     async def new_events(
         self,
         key: tuple[str, int],
         news: int,
         now: int,
-        read: Callable[[], Awaitable[list[Document]]],
-    ) -> list[Document]:
+        read: Callable[[], Awaitable[Page | None]],
+    ) -> Page | None:
         """The events after ``key`` (session, seq): from a running read started at or
         after ``news``, else from a read started now (at clock ``now``)."""
         running = self._running.get(key)
@@ -38,7 +38,7 @@ class SharedReads:
         # Shielded: a follower that goes away does not cancel the others' read.
         return await asyncio.shield(running[1])
 
-    def _finished(self, key: tuple[str, int], task: asyncio.Task[list[Document]]) -> None:
+    def _finished(self, key: tuple[str, int], task: asyncio.Task[Page | None]) -> None:
         if self._running.get(key, (0, None))[1] is task:
             del self._running[key]
         if not task.cancelled():

@@ -29,6 +29,7 @@ from tasks.observability.metrics import serve_registry
 from tasks.server import errors
 from tasks.server.auth import KeyTable, caller
 from tasks.server.backend import open_client
+from tasks.server.gate import Gate
 from tasks.server.guards import BodyLimit, SecurityHeaders, TimeLimit
 from tasks.server.models import ErrorOut
 from tasks.server.protocols import langgraph as langgraph_protocol
@@ -58,6 +59,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         404: "unknown id (or another user's)",
         409: "conflicts with what is stored; nothing was changed",
         413: "too large; nothing was changed",
+        429: "too many wrong keys from this address, or too many streams of this key; "
+        "retry after Retry-After seconds",
         422: "the request does not match this document; nothing was changed",
         503: "a service did not answer, or no answer in time; retry",
     }.items()
@@ -99,7 +102,7 @@ def create_app(settings: Settings | None = None, client: AsyncAgentClient | None
     )
     app.state.settings = settings
     app.state.keys = KeyTable(settings.api_key_users)
-    app.state.streams = StreamSlots(settings.max_streams)
+    app.state.streams = StreamSlots(settings.max_streams, settings.max_streams_per_key)
     app.state.client = client or open_client(settings)
     app.state.backend = Backend.build(settings)
     engine = app.state.backend.engine
@@ -112,9 +115,11 @@ def create_app(settings: Settings | None = None, client: AsyncAgentClient | None
     # LangGraph's Agent Server protocol, with its own error shape and key headers.
     app.mount(langgraph_protocol.PREFIX, langgraph_protocol.build_app(app))
     _add_console(app)
-    app.add_middleware(SecurityHeaders)
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
-    app.add_middleware(TimeLimit, seconds=settings.request_time_limit)  # outermost
+    app.add_middleware(TimeLimit, seconds=settings.request_time_limit)
+    # Before the body is read, and under any ASGI server (tasks.server.gate).
+    app.add_middleware(Gate, keys=app.state.keys, bad_key_limit=settings.http_bad_key_limit)
+    app.add_middleware(SecurityHeaders)  # outermost: every answer has them
     return app
 
 

@@ -10,7 +10,7 @@ only and every caller is the operator.
 from __future__ import annotations
 
 import hmac
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -30,6 +30,9 @@ class Caller:
     """Whom a request's key stands for: a user, or the operator (``user_id`` None)."""
 
     user_id: str | None
+    # Which configured key it presented (its place in AGENTSTATE_API_KEYS; 0 without
+    # keys): what per-key limits count by.
+    key: int = field(default=0, compare=False)
 
     @property
     def operator(self) -> bool:
@@ -59,12 +62,13 @@ class KeyTable:
             return OPERATOR_CALLER
         candidate = (presented or "").encode("utf-8", "surrogateescape")
         found: str | None = None
-        for key, user in self.entries:
+        index = 0
+        for number, (key, user) in enumerate(self.entries, start=1):
             if hmac.compare_digest(key, candidate) and presented:
-                found = user
+                found, index = user, number
         if found is None:
             raise UnauthorizedError("a valid Authorization: Bearer key is required")
-        return OPERATOR_CALLER if found == OPERATOR else Caller(found)
+        return Caller(None if found == OPERATOR else found, index)
 
 
 async def caller(

@@ -39,6 +39,7 @@ from state.errors import (
     SessionOwnershipError,
     StaleStateError,
     StateLockAcquisitionError,
+    TooManyRequestsError,
     UnauthorizedError,
     UserStateTooLargeError,
 )
@@ -51,6 +52,7 @@ RETRY_AFTER_S = "1"
 _RULES: list[tuple[tuple[type[Exception], ...], int, str]] = [
     ((UnauthorizedError,), 401, "unauthorized"),
     ((ForbiddenError,), 403, "forbidden"),
+    ((TooManyRequestsError,), 429, "rate_limited"),
     ((DatabaseNotFoundError,), 503, "unavailable"),  # the server's setup, not the caller's
     ((NotFoundError, SessionOwnershipError), 404, "not_found"),
     ((RequestTooLargeError, MessageTooLargeError, UserStateTooLargeError), 413, "bad_input"),
@@ -89,7 +91,7 @@ def error_response(status: int, kind: str, message: str) -> JSONResponse:
     headers: dict[str, str] = {}
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
-    if status == 503:
+    if status in (429, 503):
         headers["Retry-After"] = RETRY_AFTER_S
     body = {"error": lines[0] if lines else kind, "kind": kind}
     return JSONResponse(body, status_code=status, headers=headers)
@@ -103,14 +105,23 @@ async def _agentstate_error(request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, SessionOwnershipError):
         # Another user's session answers as an unknown one: nothing says it exists.
         return error_response(status, kind, "unknown session")
-    message = str(exc)
+    service = unreachable(exc)
+    if service is not None:
+        # The driver's text names hosts, ports and SQL: the log has it, the answer not.
+        logger.warning("%s %s: %s unreachable: %s", request.method, request.url.path, service, exc)
+        return error_response(status, kind, f"cannot reach {service}; retry (see the server's log)")
+    return error_response(status, kind, str(exc))
+
+
+def unreachable(exc: BaseException) -> str | None:
+    """The service a connection failure is of (None: it is not one)."""
     if isinstance(exc, OperationalError | InterfaceError):
-        message = f"cannot reach the database: {exc.orig}"
-    elif isinstance(exc, redis.RedisError):
-        message = f"cannot reach Redis: {exc}"
-    elif isinstance(exc, BrokerError):
-        message = f"cannot reach the broker: {exc}"
-    return error_response(status, kind, message)
+        return "the database"
+    if isinstance(exc, redis.RedisError):
+        return "Redis"
+    if isinstance(exc, BrokerError):
+        return "the broker"
+    return None
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:

@@ -59,11 +59,24 @@ class AgentOut(BaseModel):
     kind: str = Field(examples=["phases"], description="`phases`, `langgraph` or `pydantic-ai`")
 
 
+class SessionIn(_Request):
+    """A session to create: whose (with a user's key, that user)."""
+
+    user_id: str | None = Field(None, pattern=ID_PATTERN, examples=["alice"])
+
+
+class SessionCreated(BaseModel):
+    """The id minted for a new session."""
+
+    session_id: str
+
+
 class DecisionIn(_Request):
     """A person's decision on an approval. The first decision wins."""
 
     approve: bool
-    by: str = Field(min_length=1, max_length=128, examples=["ops@example.com"])
+    # With a user's key, that user (leave it out); the operator's key names anyone.
+    by: str | None = Field(None, min_length=1, max_length=128, examples=["ops@example.com"])
     note: str | None = Field(None, max_length=2000)
 
 

@@ -23,6 +23,7 @@ from config.urls import hide_secrets_in
 from state.errors import ConfigurationError
 from tasks.observability.logs import use_json
 from tasks.server.app import create_app, drain
+from tasks.server.slow_headers import with_header_timeout
 
 GRACE_S = 5.0
 _LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
@@ -95,6 +96,8 @@ def serve(host: str, port: int, settings: Settings) -> None:
         host=host,
         port=port,
         timeout_graceful_shutdown=int(GRACE_S),
+        http=with_header_timeout(settings.http_header_timeout),
+        limit_concurrency=settings.http_max_connections,
         server_header=False,
         log_level="info",
     )

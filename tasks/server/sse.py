@@ -16,6 +16,7 @@ when its client goes away or the server shuts down, and stops reading the event 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -27,11 +28,12 @@ from starlette.types import Receive, Scope, Send
 
 from state.documents import codec
 from state.documents.codec import Document
-from state.errors import ServiceUnavailableError
+from state.errors import ServiceUnavailableError, TooManyRequestsError
 
 logger = logging.getLogger(__name__)
 
 MEDIA_TYPE = "text/event-stream"
+_SEQ = re.compile(r"[0-9]{1,19}")
 RECONNECT_MS = 1000
 _BUFFER = 16
 
@@ -45,20 +47,31 @@ class StreamLimits:
 
 
 class StreamSlots:
-    """Open streams of this process, at most AGENTSTATE_MAX_STREAMS (the event loop's
-    own count: no lock needed)."""
+    """Open streams of this process, at most AGENTSTATE_MAX_STREAMS, and at most
+    AGENTSTATE_MAX_STREAMS_PER_KEY of one key, so one key cannot hold every slot (the
+    event loop's own counts: no lock needed)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, per_key: int | None = None) -> None:
         self.limit = limit
+        self.per_key = per_key
         self.open = 0
+        self.by_key: dict[int, int] = {}
 
-    def take(self) -> Callable[[], None]:
-        """A slot (its release), or ServiceUnavailableError when all are taken."""
+    def take(self, key: int = 0) -> Callable[[], None]:
+        """A slot for a stream of ``key`` (its release); ServiceUnavailableError when all
+        are taken, TooManyRequestsError when ``key`` holds its share."""
         if self.open >= self.limit:
             raise ServiceUnavailableError(
                 f"AGENTSTATE_MAX_STREAMS ({self.limit}) event streams are open; try again"
             )
+        held = self.by_key.get(key, 0)
+        if self.per_key is not None and held >= self.per_key:
+            raise TooManyRequestsError(
+                f"this key holds AGENTSTATE_MAX_STREAMS_PER_KEY ({self.per_key}) open event "
+                "streams; close one first"
+            )
         self.open += 1
+        self.by_key[key] = held + 1
         released = False
 
         def release() -> None:
@@ -66,19 +79,46 @@ class StreamSlots:
             if not released:
                 released = True
                 self.open -= 1
+                left = self.by_key[key] - 1
+                if left:
+                    self.by_key[key] = left
+                else:
+                    del self.by_key[key]
 
         return release
 
 
+# The last message of a stream whose session's generation is gone (erased or pruned):
+# a browser's EventSource sees an ``end`` event and need not reconnect to someone else's.
+GONE: Document = {"seq": None, "kind": "end", "data": {"reason": "gone"}}
+
+
+async def until_gone(source: AsyncIterator[Document]) -> AsyncIterator[Document]:
+    """``source`` (a follow without a timeout, which ends only when its session's
+    generation is gone), then :data:`GONE`."""
+    try:
+        async for event in source:
+            yield event
+    finally:
+        closer = getattr(source, "aclose", None)
+        if closer is not None:
+            await closer()
+    yield GONE
+
+
 def encode(event: Document) -> bytes:
-    """One SSE message: ``id:`` (durable events only) and the JSON on one ``data:`` line."""
+    """One SSE message: ``id:`` (durable events only) and the JSON on one ``data:`` line;
+    :data:`GONE` as ``event: end``."""
+    if event is GONE:
+        return f"event: end\ndata: {codec.dumps(GONE['data'])}\n\n".encode()
     head = f"id: {event['seq']}\n" if event.get("seq") is not None else ""
     return f"{head}data: {codec.dumps(event)}\n\n".encode()
 
 
 def last_event_id(header: str | None) -> int | None:
     """The seq a ``Last-Event-ID`` header names (None: absent or not a seq of ours)."""
-    if header is None or not header.strip().isdigit():
+    # ASCII digits only: str.isdigit() also takes '²', which int() then refuses.
+    if header is None or not _SEQ.fullmatch(header.strip()):
         return None
     value = int(header.strip())
     return value if value < 2**63 else None

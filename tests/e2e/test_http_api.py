@@ -310,11 +310,14 @@ def test_an_approval_is_decided_once_over_http_and_the_turn_goes_on(api: Api) ->
     assert approval["action"] == "forget_memories" and approval["decision"] is None
     assert session_id not in {a["session_id"] for a in bob.get("/v1/approvals").json()}
     path = f"/v1/approvals/{approval['approval_id']}"
-    decided = alice.post(path, json={"approve": True, "by": "alice@example.com", "note": "ok"})
+    # With a user's key the decision is that user's: another name is refused.
+    forged = alice.post(path, json={"approve": True, "by": "security-team@corp.example"})
+    error(forged, 400, "bad_input")
+    decided = alice.post(path, json={"approve": True, "note": "ok"})
     assert decided.status_code == 200, decided.text
-    assert decided.json()["decision"] == "approved" and decided.json()["by"] == "alice@example.com"
-    second = alice.post(path, json={"approve": False, "by": "someone else"})
-    assert "alice@example.com" in error(second, 409, "conflict")
+    assert decided.json()["decision"] == "approved" and decided.json()["by"] == "alice"
+    second = api.client("*").post(path, json={"approve": False, "by": "someone else"})
+    assert "alice" in error(second, 409, "conflict")
     doc = wait_for(lambda: replied(alice, session_id), what="the reply after the approval")
     assert doc["phase"] == "idle"
     history = alice.get("/v1/approvals", params={"pending": "false"}).json()

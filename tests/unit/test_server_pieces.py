@@ -23,8 +23,9 @@ from tasks.server.sse import StreamSlots, encode, last_event_id
 
 
 def test_keys_parse_into_users_and_operators() -> None:
-    assert parse_api_keys("a1:alice, b2:bob\nop:*,") == {"a1": "alice", "b2": "bob", "op": "*"}
-    assert parse_api_keys("k:user:with:colons") == {"k": "user:with:colons"}
+    a, b, op = "a1" * 8, "b2" * 8, "op" * 8
+    assert parse_api_keys(f"{a}:alice, {b}:bob\n{op}:*,") == {a: "alice", b: "bob", op: "*"}
+    assert parse_api_keys(f"{a}:user:with:colons") == {a: "user:with:colons"}
     assert parse_api_keys("") == {}
 
 
@@ -72,19 +73,46 @@ def test_without_keys_every_caller_is_the_operator() -> None:
 
 
 def test_api_keys_are_a_secret_of_the_settings(tmp_path: Path) -> None:
-    settings = Settings(api_keys="sekrit-key-1:alice,sekrit-key-2:*")
+    settings = Settings(api_keys="sekrit-key-1-long-enough:alice,sekrit-key-2-long-enough:*")
     assert "sekrit" not in repr(settings) and "sekrit" not in str(settings)
-    assert settings.api_key_users == {"sekrit-key-1": "alice", "sekrit-key-2": "*"}
-    record = logging.LogRecord("x", logging.INFO, __file__, 1, "got sekrit-key-1", None, None)
+    assert settings.api_key_users == {
+        "sekrit-key-1-long-enough": "alice",
+        "sekrit-key-2-long-enough": "*",
+    }
+    record = logging.LogRecord(
+        "x", logging.INFO, __file__, 1, "got sekrit-key-1-long-enough", None, None
+    )
     SecretFilter().filter(record)
-    assert "sekrit-key-1" not in record.getMessage()
+    assert "sekrit-key-1-long-enough" not in record.getMessage()
     secret = tmp_path / "keys"
-    secret.write_text("file-key-1:alice\nfile-key-2:*\n")
+    secret.write_text("file-key-1-long-enough:alice\nfile-key-2-long-enough:*\n")
     from_file = Settings(api_keys_file=str(secret))
-    assert from_file.api_key_users == {"file-key-1": "alice", "file-key-2": "*"}
+    assert from_file.api_key_users == {
+        "file-key-1-long-enough": "alice",
+        "file-key-2-long-enough": "*",
+    }
     assert "AGENTSTATE_API_KEYS" not in child_environment(from_file)  # the file is passed on
     with pytest.raises(ConfigurationError, match="not both"):
         Settings(api_keys="k:a", api_keys_file=str(secret))
+
+
+def test_a_short_key_refuses_the_start_naming_the_setting() -> None:
+    for value in ("x:alice", "fifteen-chars-x:*", f"{'k' * 20}:alice,short-key:bob"):
+        with pytest.raises(ConfigurationError) as caught:
+            parse_api_keys(value)
+        line = str(caught.value)
+        assert line.startswith("AGENTSTATE_API_KEYS") and "16 characters" in line
+        assert "\n" not in line and "short-key" not in line
+    assert parse_api_keys("sixteen-chars-xx:alice") == {"sixteen-chars-xx": "alice"}
+
+
+def test_comments_and_blank_lines_of_the_keys_file_are_not_keys(tmp_path: Path) -> None:
+    secret = tmp_path / "keys"
+    live, retired = "a-live-key-of-alice-1234", "a-retired-key-of-bob-123"
+    secret.write_text(f"# the team's keys\n\n{live}:alice\n#{retired}:bob\n  # {retired}:*\n\n")
+    assert Settings(api_keys_file=str(secret)).api_key_users == {live: "alice"}
+    with pytest.raises(UnauthorizedError):
+        KeyTable(parse_api_keys(secret.read_text())).caller(retired)
 
 
 def test_bad_input_never_answers_5xx() -> None:

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from state.errors import BadInputError
 from tasks.server.context import ApprovalId, Client, Who, listing_user
 from tasks.server.models import ID_PATTERN, ApprovalOut, DecisionIn
 
@@ -38,12 +39,21 @@ async def list_approvals(
     summary="Approve or reject",
     description="Approved, the waiting turn goes on to act (or the step runs); rejected, "
     "the turn replies without acting (or the step fails). A second decision, or one after "
-    "`expires_at`, answers 409.",
+    "`expires_at`, answers 409. With a user's key the decision is that user's: `by` may be "
+    "left out, and any other `by` answers 400; the operator's key names who decided.",
 )
 async def decide(
     *, approval_id: ApprovalId, body: DecisionIn, who: Who, client: Client
 ) -> ApprovalOut:
-    doc = await client.decide(
-        approval_id, body.approve, body.by, note=body.note, user_id=who.user_id
-    )
+    by = body.by
+    if who.user_id is not None:
+        if by is not None and by != who.user_id:
+            raise BadInputError(
+                "with a user's key an approval is decided by that user: leave 'by' out or "
+                "give the key's user id"
+            )
+        by = who.user_id
+    elif by is None:
+        raise BadInputError("'by' is required with the operator's key: who decided?")
+    doc = await client.decide(approval_id, body.approve, by, note=body.note, user_id=who.user_id)
     return ApprovalOut.model_validate(doc)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Body, Header, Query, Request
 
-from state.errors import SessionOwnershipError
+from state.errors import BadInputError, NotFoundError, SessionOwnershipError
 from state.machine import STATES, TRANSITIONS
 from tasks.server.context import (
     Client,
@@ -24,11 +24,20 @@ from tasks.server.models import (
     MessageAccepted,
     MessageIn,
     RevisionOut,
+    SessionCreated,
+    SessionIn,
     SessionOut,
     SessionPage,
     Transition,
 )
-from tasks.server.sse import MEDIA_TYPE, EventStream, StreamLimits, StreamSlots, last_event_id
+from tasks.server.sse import (
+    MEDIA_TYPE,
+    EventStream,
+    StreamLimits,
+    StreamSlots,
+    last_event_id,
+    until_gone,
+)
 
 router = APIRouter(prefix="/v1", tags=["sessions"])
 
@@ -82,6 +91,29 @@ async def send_message(
     except SessionOwnershipError:
         raise unknown_session(session_id) from None
     return MessageAccepted(message_id=message_id)
+
+
+@router.post(
+    "/sessions",
+    status_code=201,
+    summary="Create a session under a minted id",
+    description="A new, empty session under an id the service mints (random: never one "
+    "anyone holds). With a user's key it is that user's (`user_id` may be left out; any "
+    "other answers 404); the operator's key names its `user_id`. Multi-user apps should "
+    "use minted ids: sending to a chosen id another user holds answers 404, which tells "
+    "a taken id from a free one.",
+)
+async def create_session(
+    *, body: Annotated[SessionIn | None, Body()] = None, who: Who, client: Client
+) -> SessionCreated:
+    user_id = None if body is None else body.user_id
+    if not who.operator:
+        if user_id is not None and user_id != who.user_id:
+            raise NotFoundError("unknown user")
+        user_id = who.user_id
+    if user_id is None:
+        raise BadInputError("'user_id' is required with the operator's key: whose session?")
+    return SessionCreated(session_id=await client.create_session(user_id))
 
 
 @router.get("/sessions", summary="List sessions, newest first")
@@ -177,9 +209,9 @@ async def events(
     source = client.events(
         session_id, after=start, follow=True, timeout=None, user_id=who.user_id, tokens=tokens
     )
-    release = slots.take()  # after anything that may raise: EventStream gives it back
+    release = slots.take(who.key)  # after anything that may raise: EventStream gives it back
     return EventStream(
-        source,
+        until_gone(source),
         StreamLimits(heartbeat=settings.stream_heartbeat, lifetime=lifetime),
         request.app.state.draining,
         release,
