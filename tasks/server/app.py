@@ -31,6 +31,7 @@ from tasks.server.auth import KeyTable, caller
 from tasks.server.backend import open_client
 from tasks.server.guards import BodyLimit, SecurityHeaders, TimeLimit
 from tasks.server.models import ErrorOut
+from tasks.server.protocols.agui import routes as agui_routes
 from tasks.server.queries import known_query_parameters
 from tasks.server.routes import (
     approvals,
@@ -107,6 +108,8 @@ def create_app(settings: Settings | None = None, client: AsyncAgentClient | None
     for module in (sessions, workflows, approvals, users, schedules, webhooks):
         # Every /v1 route needs a key, whether or not it asks who is calling.
         app.include_router(module.router, responses=ERROR_RESPONSES, dependencies=[KEY, QUERY])
+    # The protocols' doors: the same keys as /v1 (their own documents describe them).
+    app.include_router(agui_routes.router, dependencies=[KEY, QUERY])
     _add_console(app)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)

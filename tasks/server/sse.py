@@ -96,6 +96,7 @@ class EventStream(Response):
         limits: StreamLimits,
         draining: anyio.Event,
         release: Callable[[], None],
+        encoder: Callable[[Document], bytes] = encode,
     ) -> None:
         super().__init__(
             status_code=200,
@@ -108,6 +109,7 @@ class EventStream(Response):
         self.limits = limits
         self.draining = draining
         self.release = release
+        self.encoder = encoder  # a protocol's own framing (AG-UI: ``data:`` lines only)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -153,7 +155,7 @@ class EventStream(Response):
                 if quiet.cancelled_caught:
                     await _chunk(send, b": heartbeat\n\n")
                     continue
-                await _chunk(send, encode(event))
+                await _chunk(send, self.encoder(event))
 
     async def _until_draining(self, scope: CancelScope) -> None:
         await self.draining.wait()
