@@ -16,6 +16,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from config.agents import parse_agents
 from config.api_keys import parse_api_keys
 from config.urls import (
     absolute_sqlite_url,
@@ -132,6 +133,11 @@ class Settings(BaseSettings):
     """Base of a workflow step's exponential retry delay, seconds."""
     agent: str = "tasks.agent"
     """Dotted path of the phase handlers."""
+    agents: str = ""
+    """Agents beside the default one: comma-separated `name=dotted.path[:attribute]` (phase
+    handlers, a compiled LangGraph graph, ...); a session's first message picks one by name."""
+    framework_turn_timeout: float = Field(600.0, gt=0)
+    """Seconds a turn of a framework agent (a LangGraph graph, ...) may run in `executing`."""
     action_modules: str = ""
     """Comma-separated modules that register workflow actions; workers import them at start and
     publish the names they serve."""
@@ -377,6 +383,7 @@ class Settings(BaseSettings):
                 object.__setattr__(self, field, url)
         if not self.broker_url:
             object.__setattr__(self, "broker_url", self.redis_url)
+        parse_agents(self.agents)  # refused at start, naming the variable
         self._derive_time_limits()
         self._resolve_api_keys()
         return self
@@ -397,8 +404,20 @@ class Settings(BaseSettings):
         when no key is set (then ``agentstate serve`` listens on loopback only)."""
         return parse_api_keys(self.api_keys)
 
+    @property
+    def agent_targets(self) -> dict[str, str]:
+        """``{name: dotted.path[:attribute]}`` of AGENTSTATE_AGENTS, in order."""
+        return parse_agents(self.agents)
+
+    @property
+    def turn_timeout_longest(self) -> float:
+        """The longest a turn may stay in ``executing``: a framework agent's time limit
+        counts once AGENTSTATE_AGENTS names any agent (it may be one)."""
+        framework = self.framework_turn_timeout if self.agents.strip() else 0.0
+        return max(self.execution_timeout, framework)
+
     def _derive_time_limits(self) -> None:
-        longest = max(self.execution_timeout, self.lock_timeout)
+        longest = max(self.turn_timeout_longest, self.lock_timeout)
         hard = self.task_time_limit or max(MIN_TIME_LIMIT_S, longest + 2 * TIME_LIMIT_GRACE_S)
         soft = self.task_soft_time_limit or max(hard - TIME_LIMIT_GRACE_S, hard * 0.8)
         if hard <= longest:
@@ -440,7 +459,7 @@ class Settings(BaseSettings):
     def visibility_timeout_s(self) -> int:
         """Broker redelivery delay: well above the longest task we run."""
         longest = max(
-            self.execution_timeout, self.lock_timeout, self.stuck_after, self.task_time_limit
+            self.turn_timeout_longest, self.lock_timeout, self.stuck_after, self.task_time_limit
         )
         return int(max(3600.0, longest * 4))
 

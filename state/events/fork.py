@@ -59,6 +59,8 @@ def fork_session(
                     inbox_seq=0,
                     event_seq=1,
                     recoveries=0,
+                    # A fork runs its source's agent (the document says so too).
+                    agent=doc.get("agent"),
                     created_at=now,
                     updated_at=now,
                     prefix_session_id=holder,

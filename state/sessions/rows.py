@@ -6,6 +6,7 @@ from __future__ import annotations
 from sqlalchemy import Connection, Update, insert, text, update
 
 from state import observe
+from state.agent_set import AGENT_KEY
 from state.clock import utcnow
 from state.documents import codec
 from state.documents.codec import Document
@@ -40,11 +41,16 @@ def full_document(snapshot: Snapshot, history: list[Document]) -> Document:
     return doc
 
 
-def insert_session(conn: Connection, session_id: str, user_id: str) -> bool:
+def insert_session(
+    conn: Connection, session_id: str, user_id: str, agent: str | None = None
+) -> bool:
     """Create the session's row unless it exists (revision 0, idle, no history), with the
-    record of its revision 0; True if it was created."""
+    record of its revision 0; True if it was created. ``agent``: the name of the agent
+    (AGENTSTATE_AGENTS) its turns run, None for the default one (``state.agent_set``)."""
     now = utcnow()
     doc = new_document(session_id, user_id)
+    if agent is not None:
+        doc[AGENT_KEY] = agent
     stmt = dialect_insert(conn, sessions).values(
         session_id=session_id,
         user_id=user_id,
@@ -56,6 +62,7 @@ def insert_session(conn: Connection, session_id: str, user_id: str) -> bool:
         inbox_seq=0,
         event_seq=0,
         recoveries=0,
+        agent=agent,
         created_at=now,
         updated_at=now,
     )

@@ -113,6 +113,9 @@ class SessionRow(Base):
     # messages of ``prefix_session_id`` (read, not copied), then its own (migration 0015).
     prefix_session_id: Mapped[str | None] = mapped_column(ID)  # ix_sessions_prefix
     prefix_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    # The agent a session's first message chose (AGENTSTATE_AGENTS); NULL: the default one
+    # (migration 0024). Also kept in the document (``agent``), which is what workers read.
+    agent: Mapped[str | None] = mapped_column(String(64))
 
     __table_args__ = (
         Index("ix_sessions_phase_updated", "phase", "updated_at"),
@@ -394,4 +397,5 @@ approvals: Table = Base.metadata.tables["approvals"]
 
 # Schedules and webhooks live in a module of their own; importing it registers its tables
 # in Base.metadata, so every table is known wherever this module is.
-import state.storage.tables_automation  # noqa: E402,F401
+import state.storage.tables_automation  # noqa: E402
+import state.storage.tables_checkpoints  # noqa: E402,F401

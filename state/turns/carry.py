@@ -10,13 +10,13 @@ snapshot small enough to travel in a message.
 
 from __future__ import annotations
 
-from state.agent import Agent
+from state.agent_set import AgentSet
 from state.sessions.snapshot import CARRY_MAX_CHARS, Snapshot, carried_snapshot
 from state.turns.draft import Delivery
 from state.turns.services import TurnServices
 
 
-def may_carry(services: TurnServices, agent: Agent, phase: str) -> bool:
+def may_carry(services: TurnServices, agent: AgentSet, phase: str) -> bool:
     """Whether messages of ``phase`` may carry a snapshot, and the phase run from it."""
     return (
         services.settings.carry_snapshot
@@ -25,13 +25,13 @@ def may_carry(services: TurnServices, agent: Agent, phase: str) -> bool:
     )
 
 
-def carries(services: TurnServices, agent: Agent, phase: str, payload: str) -> bool:
+def carries(services: TurnServices, agent: AgentSet, phase: str, payload: str) -> bool:
     """Whether the message of ``phase`` carries the snapshot whose cache form is
     ``payload`` (a bigger one is not carried: its phase reads the cache)."""
     return may_carry(services, agent, phase) and len(payload) <= CARRY_MAX_CHARS
 
 
-def carried(services: TurnServices, agent: Agent, delivery: Delivery) -> Snapshot | None:
+def carried(services: TurnServices, agent: AgentSet, delivery: Delivery) -> Snapshot | None:
     """The snapshot ``delivery`` carries, if its phase may run from it (not yet checked
     against the row: its commit does that)."""
     if delivery.carried is None or delivery.revision is None or not delivery.use_cache:

@@ -27,6 +27,7 @@ from functools import partial
 
 from state import observe
 from state.agent import Agent
+from state.agent_set import AgentSet
 from state.documents import codec
 from state.errors import (
     LockLostError,
@@ -70,11 +71,13 @@ class _Held:
 class TurnEngine:
     """Runs phases of sessions against the store, the lock and the agent."""
 
-    def __init__(self, services: TurnServices, agent: Agent) -> None:
+    def __init__(self, services: TurnServices, agent: Agent | AgentSet) -> None:
         self.services = services
-        self.agent = agent
+        # Every agent of the deployment; a session's turn runs its own (``AgentSet.of``).
+        self.agents = agent if isinstance(agent, AgentSet) else AgentSet(agent)
+        self.agent = self.agents.default
         self.interventions = TurnInterventions(services)
-        self.handlers = PhaseHandlers(services, agent, self.interventions)
+        self.handlers = PhaseHandlers(services, self.agents, self.interventions)
 
     def run_phase(self, delivery: Delivery) -> PhaseOutcome:
         """Run the delivered phase (and, under the inline policy, the quick ones after it)."""
@@ -84,7 +87,7 @@ class TurnEngine:
             session_id, phase, revision = delivery.session_id, delivery.phase, delivery.revision
             engine, stuck_after = self.services.sessions.engine, self.services.settings.stuck_after
             note_redelivery(engine, session_id, phase, revision, stuck_after)
-        carried = carry.carried(self.services, self.agent, delivery)
+        carried = carry.carried(self.services, self.agents, delivery)
         if carried is not None and self._due(delivery, carried):
             outcome = self._run_unlocked(delivery, carried)
             if outcome is not None:
@@ -121,7 +124,7 @@ class TurnEngine:
             # announces it: a follower woken by the push must not read an older copy.
             followups.cache_user_states(self.services, held.followups)
             payload = codec.dumps(snap.to_cache())
-            followups.send_carrying(self.services, self.agent, snap, held.followups, payload)
+            followups.send_carrying(self.services, self.agents, snap, held.followups, payload)
             sync.publish_and_release(handle, snap, payload)
             published = True
             followups.send(self.services, snap, held.followups)
@@ -144,7 +147,7 @@ class TurnEngine:
                 return held.outcome  # nothing to do (no queued message): nothing to cache
             followups.cache_user_states(self.services, held.followups)
             payload = codec.dumps(snap.to_cache())
-            followups.send_carrying(self.services, self.agent, snap, held.followups, payload)
+            followups.send_carrying(self.services, self.agents, snap, held.followups, payload)
             self.services.sync.publish(snap, payload)
             followups.send(self.services, snap, held.followups)
         except BaseException as exc:
@@ -176,7 +179,7 @@ class TurnEngine:
                 held.outcome.revision = snap.revision
                 return None
             assert held.handle is not None
-            if not self.agent.is_quick(delivery.phase) or self._limit_outlasts_lease():
+            if not self.agents.is_quick(delivery.phase) or self._limit_outlasts_lease():
                 self.services.sync.keep_renewed(held.handle)
             held.outcome.revision = snap.revision
             held.give_up = self._given_up(snap)
@@ -243,7 +246,7 @@ class TurnEngine:
         # broker hop), so the two checkpoints land together or not at all, and a lost
         # worker's turn resumes from the one before them, as it would a moment earlier.
         return (
-            self.agent.is_quick(phase)
+            self.agents.is_quick(phase)
             and not change.check_inbox
             and change.phase in WORK_PHASES
             and self._inline(Phase(change.phase))
@@ -312,7 +315,7 @@ class TurnEngine:
         return snap.phase == delivery.phase and (expected is None or snap.revision == expected)
 
     def _inline(self, phase: Phase) -> bool:
-        return self.services.inline and self.agent.is_quick(phase)
+        return self.services.inline and self.agents.is_quick(phase)
 
     # -- building a phase's change ---------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from state.agent import Agent
+from state.agent_set import AgentSet
 from state.documents.codec import Document
 from state.events.log import WORKFLOW_FINISHED
 from state.machine import Phase
@@ -50,7 +50,7 @@ def cache_user_states(services: TurnServices, followups: Followups) -> None:
 
 
 def send_carrying(
-    services: TurnServices, agent: Agent, snap: Snapshot, followups: Followups, payload: str
+    services: TurnServices, agent: AgentSet, snap: Snapshot, followups: Followups, payload: str
 ) -> None:
     """Send the next phase now if its message carries the snapshot (``payload``): that
     phase reads neither the cache nor the lock, so the cache write and the release need

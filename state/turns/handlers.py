@@ -14,7 +14,8 @@ from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 
 from state import observe
-from state.agent import Agent, PhaseContext
+from state.agent import PhaseContext
+from state.agent_set import AgentSet
 from state.documents.codec import Document
 from state.errors import PhaseTimeLimitError, StaleStateError
 from state.events.log import custom_event
@@ -32,10 +33,10 @@ class PhaseHandlers:
     """Runs the agent's handler of a phase into its draft."""
 
     def __init__(
-        self, services: TurnServices, agent: Agent, interventions: TurnInterventions
+        self, services: TurnServices, agents: AgentSet, interventions: TurnInterventions
     ) -> None:
         self.services = services
-        self.agent = agent
+        self.agents = agents
         self.interventions = interventions
 
     def handle(self, phase: Phase, draft: Draft) -> None:
@@ -65,7 +66,7 @@ class PhaseHandlers:
         context = self._context(phase, draft)
         with alarm(draft.snap, self.services.dispatcher), self._time_limit(phase, draft):
             started = time.monotonic()
-            result = self.agent.run(phase, context)
+            result = self.agents.of(draft.snap.doc).run(phase, context)
         if phase != Phase.EXECUTING and time.monotonic() - started > self._limit_s:
             # Late: its result is refused, and its turn ends with an apology, once (if
             # the watchdog has ended it already, this commit finds the revision moved).

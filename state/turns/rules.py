@@ -45,6 +45,8 @@ _TURN_LISTS = ("tool_results", "pending_actions", "active_tools")
 # Where the turn keeps the approval it waits for, and then the decision (context_window).
 APPROVAL_ID_KEY = "approval_id"
 APPROVAL_KEY = "approval"
+# A turn's own executing deadline, in seconds (context_window; see ``_turn_timeout``).
+TURN_TIMEOUT_KEY = "turn_timeout_s"
 CANCELLED_BY = "cancelled"
 _WORKFLOWS_KEPT = 20
 
@@ -118,7 +120,7 @@ def _merge_context(draft: Draft, context: Document) -> None:
 
 def _on_enter(draft: Draft, reply: str | None, execution_timeout_s: float) -> None:
     if draft.phase == Phase.EXECUTING:
-        draft.deadline = time.time() + execution_timeout_s
+        draft.deadline = time.time() + _turn_timeout(draft, execution_timeout_s)
     elif draft.snap.phase == Phase.EXECUTING:
         draft.deadline = None
     if draft.phase == Phase.CLARIFYING:
@@ -127,6 +129,16 @@ def _on_enter(draft: Draft, reply: str | None, execution_timeout_s: float) -> No
         draft.reply(reply or DEFAULT_REPLY)
     elif draft.phase in (Phase.ERROR, Phase.TIMEOUT):
         recover(draft, reply)
+
+
+def _turn_timeout(draft: Draft, default_s: float) -> float:
+    """The executing deadline's length: AGENTSTATE_EXECUTION_TIMEOUT, unless the turn's
+    agent set :data:`TURN_TIMEOUT_KEY` in its context (a framework agent, whose whole run
+    is its executing phase, sets AGENTSTATE_FRAMEWORK_TURN_TIMEOUT there)."""
+    value = draft.context.get(TURN_TIMEOUT_KEY)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return default_s
 
 
 def _count_attempt(draft: Draft) -> None:

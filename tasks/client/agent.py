@@ -25,6 +25,7 @@ from state.events.push import Notifier, Waiter
 from state.events.stream import TokenStream
 from state.ids import validate_id
 from state.machine import Phase
+from state.sessions.agents import pin_agent
 from state.sessions.inbox import Inbox
 from state.sessions.store import SessionStore
 from state.storage import keys
@@ -36,6 +37,7 @@ from state.workflows.engine import WorkflowEngine
 from state.workflows.served import ServedActions
 from state.workflows.store import WorkflowStore
 from tasks.actions import get_action, known_actions
+from tasks.agents.registry import checked_agent, list_agents
 from tasks.app import app as default_app
 from tasks.app import make_app
 from tasks.client.approvals import ApprovalControl
@@ -101,8 +103,15 @@ class AgentClient(ApprovalControl, Timeline, Lifecycle, Automation):
         user_id: str,
         idempotency_key: str | None = None,
         multitask_strategy: str = "enqueue",
+        *,
+        agent: str | None = None,
     ) -> str:
         """Store the message durably, enqueue its turn, return its message id.
+
+        ``agent`` names the agent (``list_agents``) of a new session; a session keeps the
+        agent of its first message (the default one when it named none). None sends the
+        message to the session's own agent; naming another agent than the session's
+        raises BadInputError and stores nothing.
 
         With ``idempotency_key``, repeating the call (a retried request, a double click,
         racing callers) returns the first call's message id and starts no second turn;
@@ -118,11 +127,20 @@ class AgentClient(ApprovalControl, Timeline, Lifecycle, Automation):
         strategy = checked_message(
             self.settings, session_id, text, user_id, idempotency_key, strategy=multitask_strategy
         )
+        named = checked_agent(self.settings, agent)
         # The trace of the turn starts here (AGENTSTATE_OTEL): the kick carries it.
         with tracing.client_span(
             "agentstate.send_message", self.settings, **{"agentstate.session_id": session_id}
         ):
+            if named is not None:
+                pin_agent(self.backend.engine, session_id, user_id, named)
             return self._send_message(session_id, text, user_id, idempotency_key, strategy)
+
+    def list_agents(self) -> list[Document]:
+        """The deployment's agents, ``[{"name", "kind"}]``: ``default`` (AGENTSTATE_AGENT)
+        first, then those of AGENTSTATE_AGENTS in order; ``kind`` is ``phases``,
+        ``langgraph`` or ``pydantic-ai``. (Imports each agent once, to tell its kind.)"""
+        return list_agents(self.settings)
 
     def _send_message(
         self,

@@ -44,6 +44,7 @@ from state.storage import keys
 from state.storage.async_db import bridged
 from state.storage.redis_client import CACHE_PUT
 from state.turns.double_texting import MultitaskStrategy
+from tasks.agents.registry import checked_agent, list_agents
 from tasks.app import app as default_app
 from tasks.app import make_app
 from tasks.client.agent import AgentClient
@@ -134,14 +135,23 @@ class AsyncAgentClient(AsyncAutomation):
         user_id: str,
         idempotency_key: str | None = None,
         multitask_strategy: str = "enqueue",
+        *,
+        agent: str | None = None,
     ) -> str:
         """``AgentClient.send_message``: durable once it returns, then its turn is kicked."""
         strategy = checked_message(
             self.settings, session_id, text, user_id, idempotency_key, strategy=multitask_strategy
         )
-        if strategy != MultitaskStrategy.ENQUEUE:
+        named = checked_agent(self.settings, agent)
+        if strategy != MultitaskStrategy.ENQUEUE or named is not None:
             message_id: str = await self._in_thread(
-                "send_message", session_id, text, user_id, idempotency_key, str(strategy)
+                "send_message",
+                session_id,
+                text,
+                user_id,
+                idempotency_key,
+                str(strategy),
+                agent=named,
             )
             return message_id
         # The trace of the turn starts here (AGENTSTATE_OTEL): the kick carries it.
@@ -155,6 +165,10 @@ class AsyncAgentClient(AsyncAutomation):
             finally:
                 await self._push(keys.session_events(session_id))
             return item.message_id
+
+    async def list_agents(self) -> list[Document]:
+        """``AgentClient.list_agents``."""
+        return await asyncio.to_thread(list_agents, self.settings)
 
     async def _accept(
         self, session_id: str, user_id: str, text: str, idempotency_key: str | None

@@ -34,6 +34,7 @@ from tasks.server.models import ErrorOut
 from tasks.server.protocols.agui import routes as agui_routes
 from tasks.server.queries import known_query_parameters
 from tasks.server.routes import (
+    agents,
     approvals,
     health,
     schedules,
@@ -105,7 +106,7 @@ def create_app(settings: Settings | None = None, client: AsyncAgentClient | None
     app.state.metrics = serve_registry(lambda: waiting(engine), app.state.backend.redis)
     errors.install(app)
     app.include_router(health.router)
-    for module in (sessions, workflows, approvals, users, schedules, webhooks):
+    for module in (sessions, workflows, approvals, users, schedules, webhooks, agents):
         # Every /v1 route needs a key, whether or not it asks who is calling.
         app.include_router(module.router, responses=ERROR_RESPONSES, dependencies=[KEY, QUERY])
     # The protocols' doors: the same keys as /v1 (their own documents describe them).

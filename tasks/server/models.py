@@ -43,6 +43,20 @@ class MessageIn(_Request):
     text: str = Field(max_length=MAX_TEXT_CHARS, examples=["what is 12*7?"])
     user_id: str = Field(pattern=ID_PATTERN, examples=["alice"])
     multitask_strategy: MultitaskStrategy = Field(MultitaskStrategy.ENQUEUE, strict=False)
+    agent: str | None = Field(
+        None,
+        max_length=64,
+        examples=["default"],
+        description="The agent of a new session (`GET /v1/agents`); a session keeps the agent "
+        "of its first message, and naming another one answers 400.",
+    )
+
+
+class AgentOut(BaseModel):
+    """One of the deployment's agents."""
+
+    name: str = Field(examples=["default"])
+    kind: str = Field(examples=["phases"], description="`phases`, `langgraph` or `pydantic-ai`")
 
 
 class DecisionIn(_Request):

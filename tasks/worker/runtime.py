@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from config import get_settings
 from config.brokers import broker_for
-from state.agent import load_agent
 from state.approvals.desk import ApprovalDesk
 from state.recovery.sweep import RecoverySweep
 from state.schedules.ticks import ScheduleClock, TickRules
@@ -18,6 +17,7 @@ from state.webhooks.courier import Courier
 from state.workflows.engine import WorkflowEngine
 from state.workflows.store import WorkflowStore
 from tasks.actions import get_action, known_actions
+from tasks.agents.registry import agent_set
 from tasks.app import app
 from tasks.dispatch.dispatcher import CeleryDispatcher
 
@@ -53,7 +53,7 @@ def build_runtime(backend: Backend) -> Runtime:
     """Wire the stores and engines together for ``backend``."""
     dispatcher = CeleryDispatcher(app, broker_for(backend.settings))
     services = TurnServices.build(backend, dispatcher, known_actions)
-    turns = TurnEngine(services, load_agent(backend.settings.agent))
+    turns = TurnEngine(services, agent_set(backend.settings))
     workflows = WorkflowEngine(
         WorkflowStore.for_engine(backend.engine, backend.statements),
         dispatcher,

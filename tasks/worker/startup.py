@@ -64,7 +64,8 @@ def check_agent() -> None:
     from state.agent import load_agent
     from tasks.actions import describe_failure
 
-    dotted = get_settings().agent
+    settings = get_settings()
+    dotted = settings.agent
     with cwd_in_path():
         try:
             load_agent(dotted)
@@ -74,6 +75,21 @@ def check_agent() -> None:
             raise AgentStateError(
                 f"cannot import agent {dotted!r} (AGENTSTATE_AGENT): {describe_failure(exc)}"
             ) from exc
+        if settings.agents.strip():
+            _check_named_agents(settings)
+
+
+def _check_named_agents(settings: Settings) -> None:
+    """Import and check the agents of AGENTSTATE_AGENTS (their frameworks too)."""
+    from tasks.actions import describe_failure
+    from tasks.agents.registry import registry
+
+    try:
+        registry(settings)
+    except AgentStateError as exc:
+        raise AgentStateError(f"{exc} (AGENTSTATE_AGENTS)") from exc
+    except Exception as exc:
+        raise AgentStateError(f"cannot load AGENTSTATE_AGENTS: {describe_failure(exc)}") from exc
 
 
 def _or_exit(check: Callable[[], None]) -> None:

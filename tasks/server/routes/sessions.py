@@ -77,6 +77,7 @@ async def send_message(
             user_id=body.user_id,
             idempotency_key=idempotency_key,
             multitask_strategy=body.multitask_strategy.value,
+            agent=body.agent,
         )
     except SessionOwnershipError:
         raise unknown_session(session_id) from None

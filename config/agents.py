@@ -1,0 +1,44 @@
+"""AGENTSTATE_AGENTS: the agents a deployment runs beside its default one.
+
+The value is a comma-separated list of ``name=dotted.path[:attribute]`` entries: a module or
+object of phase handlers, a compiled LangGraph graph, a Pydantic AI ``Agent``... (the kind
+is found from the object, by ``tasks.agents.registry``). ``default`` names the default agent
+(AGENTSTATE_AGENT) and cannot be taken. Parsing imports nothing: an app that only sends
+messages learns the names without importing any agent or framework.
+"""
+
+from __future__ import annotations
+
+import re
+
+from state.errors import ConfigurationError
+
+VARIABLE = "AGENTSTATE_AGENTS"
+DEFAULT_AGENT = "default"
+# A name travels in URLs (``/agui/{agent}``), tool names (``ask_{agent}``) and the
+# session row (64 characters).
+AGENT_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+_TARGET = re.compile(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?")
+
+
+def parse_agents(text: str) -> dict[str, str]:
+    """``{name: target}`` from the variable's value, in order; ConfigurationError naming
+    the entry if one is malformed or a name repeats (or is ``default``)."""
+    table: dict[str, str] = {}
+    entries = [entry.strip() for entry in text.split(",")]
+    for number, entry in enumerate((e for e in entries if e), start=1):
+        name, equals, target = (part.strip() for part in entry.partition("="))
+        where = f"{VARIABLE}: entry {number}"
+        if not equals or not AGENT_NAME.fullmatch(name) or not _TARGET.fullmatch(target):
+            raise ConfigurationError(
+                f"{where} is not name=dotted.path[:attribute] (a name is a lowercase letter, "
+                "then up to 63 lowercase letters, digits, '_' or '-')"
+            )
+        if name == DEFAULT_AGENT:
+            raise ConfigurationError(
+                f"{where}: {DEFAULT_AGENT!r} is the default agent (set AGENTSTATE_AGENT)"
+            )
+        if name in table:
+            raise ConfigurationError(f"{where}: agent {name!r} is named twice")
+        table[name] = target
+    return table
