@@ -22,11 +22,23 @@ from pydantic import TypeAdapter
 from config import Settings
 from tasks.client import AgentClient
 from tests.api_support import Api, new_keys, serving
-from tests.support import Workers, uid
+from tests.support import Workers, make_settings, uid
 
 pytestmark = pytest.mark.workers
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(Event)
+
+
+@pytest.fixture(scope="module")
+def worker_settings(pg_url: str) -> Settings:
+    """The reference agent as ``default``, and a second agent, ``shout``."""
+    return make_settings(
+        pg_url,
+        queue=uid("q"),
+        stuck_after=30.0,
+        retry_backoff=0.05,
+        agents="shout=examples.shout_agent",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +183,18 @@ def test_an_approval_is_an_interrupt_that_the_next_run_resumes(
     # The same interrupt again: decided already, refused before any stream.
     answer = alice.post("/agui/default", json=run_input(thread, None, resume=cancel))
     assert answer.status_code == 404, answer.text
+
+
+def test_each_agent_of_the_deployment_has_its_door(api: Api, agent: AgentClient) -> None:
+    alice = api.client("alice")
+    thread = uid("th")
+    shouted = run(alice, run_input(thread, "hello there"), agent="shout")
+    check_shape(shouted)
+    assert "HELLO THERE" in text_of(shouted)
+    # A thread keeps the agent of its first run: another agent's door refuses it.
+    refused = alice.post("/agui/default", json=run_input(thread, "and now?"))
+    assert refused.status_code == 400 and "shout" in refused.json()["error"], refused.text
+    assert _user_messages(agent, thread) == 1
 
 
 def _user_messages(agent: AgentClient, thread: str) -> int:

@@ -7,23 +7,24 @@ session does.
 
 from __future__ import annotations
 
+from config import Settings
+from config.agents import DEFAULT_AGENT
 from state.errors import NotFoundError
 from tasks.server.auth import Caller
 
-DEFAULT_AGENT = "default"
 # The user a run is stored under when an operator (or a server without keys) names none:
 # a front end on a loopback server sends no user, and a session must belong to someone.
 ANONYMOUS_USER = "anonymous"
 
 
-def known_agents() -> list[str]:
-    """The agents this deployment serves."""
-    return [DEFAULT_AGENT]
+def known_agents(settings: Settings) -> list[str]:
+    """The agents this deployment serves (their names: nothing is imported to tell)."""
+    return [DEFAULT_AGENT, *settings.agent_targets]
 
 
-def require_agent(name: str) -> str:
+def require_agent(settings: Settings, name: str) -> str:
     """``name``, or NotFoundError when the deployment has no such agent."""
-    if name not in known_agents():
+    if name not in known_agents(settings):
         raise NotFoundError(f"unknown agent {name!r} (GET /v1/agents lists them)")
     return name
 

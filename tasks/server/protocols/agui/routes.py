@@ -19,9 +19,11 @@ from ag_ui.core import RunAgentInput, RunErrorEvent
 from fastapi import APIRouter, Request
 from pydantic import ValidationError
 
+from config.agents import DEFAULT_AGENT
+from state.agent_set import AGENT_KEY
 from state.documents import codec
 from state.documents.codec import Document
-from state.errors import InvalidPayloadError, NotFoundError, SessionOwnershipError
+from state.errors import BadInputError, InvalidPayloadError, NotFoundError, SessionOwnershipError
 from state.ids import validate_id
 from state.sessions.snapshot import InboxState
 from tasks.client.aio import AsyncAgentClient
@@ -49,7 +51,7 @@ def _encode(event: Document) -> bytes:
 async def run_agent(
     agent: str, request: Request, who: Who, client: Client, settings: Config
 ) -> EventStream:
-    require_agent(agent)
+    require_agent(settings, agent)
     run = _parsed(await request.body())
     session_id = validate_id(run.thread_id, "thread (session)")
     found = await turns.head(request.app.state.backend.engine, session_id)
@@ -63,10 +65,10 @@ async def run_agent(
     if run.resume:
         if found is None:
             raise unknown_session(session_id)
-        message_id = await _resume(client, who, user, session_id, run)
+        message_id = await _resume(client, who, user, session_id, run, agent=agent)
         started = True
     else:
-        message_id, state = await _send(request, client, user, session_id, run)
+        message_id, state = await _send(request, client, user, session_id, run, agent=agent)
         started = state != InboxState.QUEUED
     if not started or state == InboxState.STARTED:
         items = turns.watch(client, session_id, message_id, after, who.user_id, started=started)
@@ -107,7 +109,13 @@ def _parsed(body: bytes) -> RunAgentInput:
 
 
 async def _send(
-    request: Request, client: AsyncAgentClient, user: str, session_id: str, run: RunAgentInput
+    request: Request,
+    client: AsyncAgentClient,
+    user: str,
+    session_id: str,
+    run: RunAgentInput,
+    *,
+    agent: str,
 ) -> tuple[str, str | None]:
     """Send the run's new message; its id, and where it is (an ``InboxState``: a retried
     request names a message that may be running or answered already)."""
@@ -116,7 +124,9 @@ async def _send(
     if len(key) > _KEY_CHARS:  # kept whole, it would not fit the column: no id kept then
         key = "agui#" + hashlib.sha256(own_id.encode()).hexdigest()
     try:
-        message_id = await client.send_message(session_id, text, user_id=user, idempotency_key=key)
+        message_id = await client.send_message(
+            session_id, text, user_id=user, idempotency_key=key, agent=agent
+        )
     except SessionOwnershipError:
         raise unknown_session(session_id) from None
     state = await turns.message_state(request.app.state.backend.engine, session_id, message_id)
@@ -124,7 +134,13 @@ async def _send(
 
 
 async def _resume(
-    client: AsyncAgentClient, who: Caller, user: str, session_id: str, run: RunAgentInput
+    client: AsyncAgentClient,
+    who: Caller,
+    user: str,
+    session_id: str,
+    run: RunAgentInput,
+    *,
+    agent: str,
 ) -> str:
     """Decide the approval the run's ``resume`` answers; the id of the turn it parked."""
     entries = run.resume or []
@@ -140,8 +156,13 @@ async def _resume(
         for item in pending
     ):
         raise NotFoundError(f"no pending interrupt {entry.interrupt_id!r} on this thread")
-    doc = await client.get_session(session_id, user_id=who.user_id, history_limit=0)
-    turn = ((doc or {}).get("metadata") or {}).get("turn") or {}
+    doc = await client.get_session(session_id, user_id=who.user_id, history_limit=0) or {}
+    if doc.get(AGENT_KEY, DEFAULT_AGENT) != agent:
+        raise BadInputError(
+            f"thread {session_id} runs agent {doc.get(AGENT_KEY)!r}, not {agent!r}; "
+            "nothing was decided"
+        )
+    turn = (doc.get("metadata") or {}).get("turn") or {}
     message_id = turn.get("message_id")
     if not isinstance(message_id, str):
         raise NotFoundError(f"no pending interrupt {entry.interrupt_id!r} on this thread")
