@@ -33,6 +33,7 @@ from tasks.server.gate import Gate
 from tasks.server.guards import BodyLimit, SecurityHeaders, TimeLimit
 from tasks.server.models import ErrorOut
 from tasks.server.protocols import langgraph as langgraph_protocol
+from tasks.server.protocols.agui import routes as agui_routes
 from tasks.server.queries import known_query_parameters
 from tasks.server.routes import (
     agents,
@@ -114,6 +115,8 @@ def create_app(settings: Settings | None = None, client: AsyncAgentClient | None
         app.include_router(module.router, responses=ERROR_RESPONSES, dependencies=[KEY, QUERY])
     # LangGraph's Agent Server protocol, with its own error shape and key headers.
     app.mount(langgraph_protocol.PREFIX, langgraph_protocol.build_app(app))
+    # The protocols' doors: the same keys as /v1 (their own documents describe them).
+    app.include_router(agui_routes.router, dependencies=[KEY, QUERY])
     _add_console(app)
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
     app.add_middleware(TimeLimit, seconds=settings.request_time_limit)

@@ -136,6 +136,7 @@ class EventStream(Response):
         limits: StreamLimits,
         draining: anyio.Event,
         release: Callable[[], None],
+        encoder: Callable[[Document], bytes] = encode,
     ) -> None:
         super().__init__(
             status_code=200,
@@ -148,6 +149,7 @@ class EventStream(Response):
         self.limits = limits
         self.draining = draining
         self.release = release
+        self.encoder = encoder  # a protocol's own framing (AG-UI: ``data:`` lines only)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -193,7 +195,7 @@ class EventStream(Response):
                 if quiet.cancelled_caught:
                     await _chunk(send, b": heartbeat\n\n")
                     continue
-                await _chunk(send, encode(event))
+                await _chunk(send, self.encoder(event))
 
     async def _until_draining(self, scope: CancelScope) -> None:
         await self.draining.wait()
