@@ -20,6 +20,7 @@ from bench import (
     deploy,
     eventlog,
     fairshare,
+    fairtail,
     harness,
     http,
     interactive,
@@ -60,6 +61,8 @@ ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
     "prune": lifecycle.prune,
     # Fair share (bench/fairshare.py): other users' turns under one user's burst.
     "fairshare": fairshare.fairshare,
+    # ... and at the tail (bench/fairtail.py): several users' or operator's long steps.
+    "fairtail": fairtail.fairtail,
     # What operators see (bench/observability.py): metrics and OTel on vs off.
     "observability": observability.observability,
     # Schedules and webhooks (bench/automation.py): ticks fired, deliveries sent.
