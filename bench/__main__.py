@@ -21,6 +21,7 @@ from bench import (
     eventlog,
     fairshare,
     frameworks,
+    fairtail,
     harness,
     http,
     interactive,
@@ -64,6 +65,8 @@ ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
     "scale": at_scale.scale,
     # Fair share (bench/fairshare.py): other users' turns under one user's burst.
     "fairshare": fairshare.fairshare,
+    # ... and at the tail (bench/fairtail.py): several users' or operator's long steps.
+    "fairtail": fairtail.fairtail,
     # What operators see (bench/observability.py): metrics and OTel on vs off.
     "observability": observability.observability,
     # Schedules and webhooks (bench/automation.py): ticks fired, deliveries sent.

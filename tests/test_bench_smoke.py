@@ -148,12 +148,24 @@ def test_the_fair_share_rows_run(bench_target: None) -> None:
     table, notes = run("fairshare")
     finite(table)
     names = [row.name for row in table]
-    assert names[:2] == [
+    assert names[:4] == [
         "fair-share: other user's turn p50 under a burst",
         "fair-share: other user's turn p95 under a burst",
+        "fair-share: other user's turn p99 under a burst",
+        "fair-share: other user's turn max under a burst",
     ]
-    assert "cap 2" in names[2]
+    assert "cap 2" in names[4]
     assert any(note.startswith("fair-share:") for note in notes)
+
+
+def test_the_fair_tail_rows_run(bench_target: None) -> None:
+    table, notes = run("fairtail")
+    finite(table)
+    names = [row.name for row in table]
+    for label in ("two users at their caps", "operator work"):
+        for name in ("p50", "p99", "max"):
+            assert f"fair tail: other user's turn {name}, {label}" in names
+    assert sum(note.startswith("fair tail") for note in notes) == 2
 
 
 def test_a_row_verdict_reads_its_target() -> None:

@@ -137,6 +137,8 @@ class CeleryDispatcher:
         queue = (self.step_queue if steps else None) or self.app.conf.task_default_queue
         try:
             with self.app.connection_for_read() as conn:
+                if conn.transport.driver_type != "redis":
+                    return None  # not looked into (and not connected to) at all
                 client = getattr(conn.default_channel, "client", None)
                 if client is None or not hasattr(client, "lrange"):
                     return None
