@@ -56,9 +56,9 @@ _SEED = [
        now() - interval '400 days', now() - interval '400 days'
      FROM generate_series(1, :workflows) i""",
     """INSERT INTO workflow_steps (workflow_id, step_id, step_name, action, status, inputs,
-       outputs, dependencies, dependents, remaining_deps, max_retries, updated_at)
+       outputs, dependencies, dependents, remaining_deps, max_retries, updated_at, generation)
      SELECT :tag || 'wf' || i, 's' || j, 's' || j, 'echo', 'success', '{}', '{}', '[]',
-       '[]', 0, 0, now() - interval '400 days'
+       '[]', 0, 0, now() - interval '400 days', 0
      FROM generate_series(1, :workflows) i, generate_series(1, :steps) j""",
 ]
 

@@ -70,11 +70,11 @@ FROM generate_series(0, {revisions} - 1) AS r, generate_series(0, {historied} - 
 
 INSERT INTO workflow_steps (workflow_id, step_id, step_name, action, status, inputs, outputs,
                             dependencies, dependents, remaining_deps, max_retries, approval,
-                            updated_at)
+                            updated_at, generation)
 SELECT 'w-' || (i / 10), 's' || mod(i, 10), 'step', 'echo',
        CASE WHEN mod(i, 3) = 0 THEN 'pending' ELSE 'success' END,
        '{{}}', '{{}}', '[]', '[]', 0, 0, CASE WHEN mod(i, 3) = 0 THEN 'pending' END,
-       now() - INTERVAL '2 hours'
+       now() - INTERVAL '2 hours', 0
 FROM generate_series(0, {steps} - 1) AS i;
 """
 

@@ -72,7 +72,7 @@ FROM generate_series(1, {EVENTS}) AS e, generate_series(0, {HISTORIED - 1}) AS s
 
 INSERT INTO workflow_steps (workflow_id, step_id, step_name, action, status, inputs, outputs,
                             dependencies, dependents, remaining_deps, max_retries, approval,
-                            lease_expires_at, updated_at)
+                            lease_expires_at, updated_at, generation)
 SELECT 'm-wf-' || (i / 10), 's' || mod(i, 10), 'step', 'echo',
        CASE WHEN i < {APPROVAL_STEPS} THEN 'pending'
             WHEN i < {APPROVAL_STEPS + FORGOTTEN_STEPS} THEN 'pending'
@@ -81,7 +81,7 @@ SELECT 'm-wf-' || (i / 10), 's' || mod(i, 10), 'step', 'echo',
        '{{}}', '{{}}', '[]', '[]', 0, 0,
        CASE WHEN i < {APPROVAL_STEPS} THEN 'pending' END,
        extract(epoch FROM now()) + 3600,
-       now() - INTERVAL '2 hours'
+       now() - INTERVAL '2 hours', 0
 FROM generate_series(0, {APPROVAL_STEPS + 2000 - 1}) AS i;
 """
 
