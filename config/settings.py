@@ -242,7 +242,12 @@ class Settings(BaseSettings):
     task_events: bool = True
     """Celery task events (what Flower shows)."""
     sweep_interval: float = Field(15.0, gt=0)
-    """Seconds between recovery sweeps under beat."""
+    """Seconds between recovery sweeps (sent by the workers, or by beat)."""
+    worker_beat: bool = True
+    """Workers send the periodic tasks themselves (the recovery sweep, expiries, schedule ticks
+    and webhook deliveries, retention), one worker of the fleet per period, so workers alone
+    keep every liveness promise; `celery beat` stays supported beside them (each task is
+    safe to run twice). `false`: only a beat sends them."""
     max_recoveries: int = Field(3, ge=1)
     """Recoveries of one turn or step (its worker lost, by the sweep or the broker's redelivery)
     before it is given up."""

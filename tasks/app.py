@@ -109,4 +109,4 @@ def _publish_actions(sender: object = None, **_: object) -> None:
 
 # The start checks (settings, action modules, agent) connect to Celery's start signals,
 # and a worker tells the fleet its children (the fleet-wide cap of claimed steps).
-from tasks.worker import fleet, startup  # noqa: E402,F401
+from tasks.worker import fleet, housebeat, startup  # noqa: E402,F401

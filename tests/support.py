@@ -104,6 +104,9 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         "database_url": database_url,
         "auto_migrate": False,
         "baseline_tasks": True,
+        # Tests decide when periodic work runs (a Beat of their own, or a direct call);
+        # tests/faults/test_house_beat.py runs the workers' own.
+        "worker_beat": False,
     }
     values.update(overrides)
     return Settings(**values)

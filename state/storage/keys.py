@@ -88,6 +88,12 @@ def fleet_alive(queue: str) -> str:
     return f"{PREFIX}:queue:{queue}:alive"
 
 
+def house_beat(queue: str, entry: str) -> str:
+    """Held for one period of a periodic task (``entry`` of the beat schedule) by the worker
+    that sent it: one worker of the fleet serving ``queue`` sends each, with no beat."""
+    return f"{PREFIX}:queue:{queue}:beat:{entry}"
+
+
 def workers_database(queue: str) -> str:
     """Which database the workers serving ``queue`` last started with (apps compare)."""
     return f"{PREFIX}:queue:{queue}:database"
