@@ -72,7 +72,7 @@ class Follower:
         read, first = True, True
         while True:
             if read:
-                for item in await self._woven(subscription, shared=not first):
+                async for item in self._woven(subscription, shared=not first):
                     yield item
                 if self.gone:
                     return
@@ -100,7 +100,7 @@ class Follower:
             if entry is None:
                 yield None
             elif entry[0] != self.tokens_channel:
-                for item in await self._woven(subscription):
+                async for item in self._woven(subscription):
                     yield item
             else:
                 chunk = self._chunk(entry[1])
@@ -128,27 +128,29 @@ class Follower:
         ):
             self.merge.catch_up(stored)
 
-    async def _woven(self, subscription: Subscription, *, shared: bool = True) -> list[Document]:
+    async def _woven(
+        self, subscription: Subscription, *, shared: bool = True
+    ) -> AsyncIterator[Document]:
         """The new events, each message's chunks before the event that ends it. Read with
         the other followers at this place (``SharedReads``), except a follower's first
-        read: its subscription may be newer than a read already running. Read a page at
-        a time (``EventFeed.new_events``); sets :attr:`gone` when the generation is."""
-        out: list[Document] = []
+        read: its subscription may be newer than a read already running. Read and handed
+        on a page at a time (``EventFeed.new_events``), so a follower holds one page of
+        the log, never the log; sets :attr:`gone` when the generation is."""
         while True:
             found = await self._page(shared)
             if found is None:
                 self.gone = True
-                return out
+                return
             for event in found:
                 self.cursor = event["seq"]
                 ended = self.merge.ending(event)
                 if ended is not None:
-                    out += self.merge.release(ended)
-                    out += self._chunks_of(ended, subscription)
+                    for item in [*self.merge.release(ended), *self._chunks_of(ended, subscription)]:
+                        yield item
                 self.merge.saw(event)
-                out.append(event)
+                yield event
             if not found.more:
-                return out
+                return
 
     async def _page(self, shared: bool) -> Page | None:
         connections = self.connections
