@@ -13,6 +13,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from config import redact_url
 from state.documents.codec import Document
+from state.events.feed import KNOWN_MESSAGES
 from state.events.hub import Subscription
 from state.events.log import Page
 from state.events.push import FALLBACK_POLL_S
@@ -60,6 +61,7 @@ class Follower:
         self.tokens_channel = keys.session_tokens(session_id)
         self.events_channel = keys.session_events(session_id)
         self.merge = TokenMerge()
+        self.known: dict[str, bool] = {}
         self.backlog: list[tuple[str, bytes] | None] = []
 
     async def run(
@@ -103,13 +105,29 @@ class Follower:
                 async for item in self._woven(subscription):
                     yield item
             else:
-                chunk = self._chunk(entry[1])
+                parsed = parse_published(entry[1])
+                if parsed is None or not await self._ours(parsed[0]):
+                    continue
+                chunk = self.merge.chunk(*parsed)
                 if chunk is not None:
                     yield chunk
 
-    def _chunk(self, payload: bytes) -> Document | None:
-        parsed = parse_published(payload)
-        return None if parsed is None else self.merge.chunk(*parsed)
+    async def _ours(self, message_id: str) -> bool:
+        """Whether the chunk's message is of this generation (``EventFeed.belongs``),
+        asked once per message: a turn of an erased generation that is still streaming,
+        or the next owner's, never reaches this follower."""
+        if message_id not in self.known:
+            if len(self.known) > KNOWN_MESSAGES:
+                self.known.clear()
+            feed, session_id, generation = (
+                self.connections.reads.feed,
+                self.session_id,
+                self.generation,
+            )
+            self.known[message_id] = await bridged(
+                self.connections.engine, lambda _: feed.belongs(session_id, message_id, generation)
+            )
+        return self.known[message_id]
 
     async def _catch_up(self) -> None:
         connections = self.connections
