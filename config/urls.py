@@ -159,7 +159,7 @@ class SecretFilter(logging.Filter):
             message = record.getMessage()
             clean = scrub(message)
             if clean != message:
-                record.msg, record.args = clean, None
+                _scrub_record(record, clean)
             if record.exc_info and not record.exc_text:
                 record.exc_text = logging.Formatter().formatException(record.exc_info)
             if record.exc_text:
@@ -169,6 +169,23 @@ class SecretFilter(logging.Filter):
         except Exception:  # a filter must never stop a record from being logged
             return True
         return True
+
+
+def _scrub_record(record: logging.LogRecord, clean: str) -> None:
+    """Scrub the record's arguments one by one where that is enough, so a formatter that
+    reads them (uvicorn's access log takes its five) still formats it; else the message
+    as a whole, without arguments."""
+    if isinstance(record.args, tuple) and record.args and isinstance(record.msg, str):
+        args = tuple(scrub(a) if isinstance(a, str) else a for a in record.args)
+        msg = scrub(record.msg)
+        try:
+            scrubbed = msg % args
+        except (TypeError, ValueError):
+            scrubbed = None
+        if scrubbed is not None and scrub(scrubbed) == scrubbed:
+            record.msg, record.args = msg, args
+            return
+    record.msg, record.args = clean, None
 
 
 def hide_secrets_in(logger: logging.Logger) -> None:

@@ -29,6 +29,7 @@ from state.storage.tables import events, inbox, sessions
 logger = logging.getLogger(__name__)
 
 PAGE = 500
+KNOWN_MESSAGES = 256  # per follower: messages whose chunks it has checked
 _migrator = StateMigrator()
 
 
@@ -134,6 +135,7 @@ class EventFeed:
         assert self.stream is not None
         merge = TokenMerge()
         cursor = [after]
+        known: dict[str, bool] = {}
         waiter = TokenWaiter(self.redis, session_id, self.push)
         with waiter:
             stored = self.stream.stored(session_id) if waiter.pubsub is not None else None
@@ -156,9 +158,21 @@ class EventFeed:
                         if cursor[0] < 0:
                             return  # gone: the chunks after this push are not its own
                         continue
+                    if not self._ours(session_id, generation, item[0], known):
+                        continue
                     chunk = merge.chunk(*item)
                     if chunk is not None:
                         yield chunk
+
+    def _ours(
+        self, session_id: str, generation: int, message_id: str, known: dict[str, bool]
+    ) -> bool:
+        """:meth:`belongs`, asked once per message (``known``: the answers so far)."""
+        if message_id not in known:
+            if len(known) > KNOWN_MESSAGES:
+                known.clear()
+            known[message_id] = self.belongs(session_id, message_id, generation)
+        return known[message_id]
 
     def _woven(
         self,
@@ -207,6 +221,22 @@ class EventFeed:
             # Following outlives a database restart: look again on the next wake.
             logger.warning("database unreachable while following: %s", redact_url(str(exc)))
             return log.Page()
+
+    def belongs(self, session_id: str, message_id: str, generation: int) -> bool:
+        """Whether ``message_id`` is a message of the session's ``generation``: a chunk of
+        any other (a turn of an erased generation still streaming, or of the next owner
+        of the id) is never shown to this generation's followers."""
+        with read_connection(self.engine) as conn:
+            found = conn.execute(
+                select(inbox.c.seq)
+                .join(sessions, sessions.c.session_id == inbox.c.session_id)
+                .where(
+                    inbox.c.message_id == message_id,
+                    inbox.c.session_id == session_id,
+                    sessions.c.generation == generation,
+                )
+            ).first()
+        return found is not None
 
     def running(self, session_id: str, message_id: str, generation: int) -> bool:
         """Whether ``message_id`` is the message of the session's ``generation`` whose turn

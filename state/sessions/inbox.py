@@ -18,19 +18,27 @@ from state.storage.prepared import PREPARED, Statements
 from state.storage.tables import inbox, sessions
 
 QUEUED_SETTING = "AGENTSTATE_MAX_QUEUED_MESSAGES"
+USER_QUEUED_SETTING = "AGENTSTATE_MAX_QUEUED_MESSAGES_PER_USER"
 
 
 class Inbox:
     """Accepts messages for sessions and hands them to turns in order."""
 
-    def __init__(self, engine: Engine, max_queued: int | None = None) -> None:
+    def __init__(
+        self, engine: Engine, max_queued: int | None = None, max_per_user: int | None = None
+    ) -> None:
         self.engine = engine
-        # AGENTSTATE_MAX_QUEUED_MESSAGES (None: no quota, for the engine's own callers).
+        # AGENTSTATE_MAX_QUEUED_MESSAGES and AGENTSTATE_MAX_QUEUED_MESSAGES_PER_USER (None:
+        # no quota, for the engine's own callers).
         self.max_queued = max_queued
+        self.max_per_user = max_per_user
 
     @staticmethod
     def for_engine(
-        engine: Engine, statements: Statements | None = None, max_queued: int | None = None
+        engine: Engine,
+        statements: Statements | None = None,
+        max_queued: int | None = None,
+        max_per_user: int | None = None,
     ) -> Inbox:
         """The inbox implementation for ``engine``'s database (``statements``: how the
         Postgres one sends its statements, see ``Backend.statements``); ``max_queued``
@@ -38,8 +46,8 @@ class Inbox:
         if is_postgres(engine):
             from state.sessions.inbox_postgres import PostgresInbox
 
-            return PostgresInbox(engine, statements or PREPARED, max_queued)
-        return Inbox(engine, max_queued)
+            return PostgresInbox(engine, statements or PREPARED, max_queued, max_per_user)
+        return Inbox(engine, max_queued, max_per_user)
 
     def accept(
         self, session_id: str, user_id: str, text: str, idempotency_key: str | None = None
@@ -91,11 +99,13 @@ class Inbox:
         # Counted after the row lock, in a statement of its own (a fresh snapshot):
         # racing accepts of the session count each other, so none slips past.
         self.require_room(conn, session_id)
+        self.require_user_room(conn, user_id)
         message_id, now = new_id("msg"), utcnow()
         conn.execute(
             insert(inbox).values(
                 message_id=message_id,
                 session_id=session_id,
+                user_id=user_id,
                 seq=seq,
                 text=text,
                 state=InboxState.QUEUED,
@@ -131,6 +141,25 @@ class Inbox:
             raise QuotaExceededError(
                 f"session {session_id} has {count} messages waiting: "
                 f"{QUEUED_SETTING} is {limit}; wait for its turns (nothing was stored)"
+            )
+
+    def require_user_room(self, conn: Connection, user_id: str) -> None:
+        """QuotaExceededError (naming the setting) if ``max_per_user`` messages of the user
+        already wait, across all their sessions (ix_inbox_user_queued; counting stops
+        there). Racing accepts to two sessions of one user may each pass by one."""
+        limit = self.max_per_user
+        if limit is None:
+            return
+        waiting = select(inbox.c.seq).where(
+            inbox.c.user_id == user_id, inbox.c.state == InboxState.QUEUED
+        )
+        count = conn.execute(
+            select(func.count()).select_from(waiting.limit(limit).subquery())
+        ).scalar_one()
+        if count >= limit:
+            raise QuotaExceededError(
+                f"user {user_id} has {count} messages waiting across their sessions: "
+                f"{USER_QUEUED_SETTING} is {limit}; wait for their turns (nothing was stored)"
             )
 
     def accept_in(

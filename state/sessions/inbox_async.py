@@ -30,15 +30,20 @@ class AsyncOneTripAccept:
     """The one-round-trip accept on an asyncio engine (module docstring)."""
 
     def __init__(
-        self, engine: AsyncEngine, statements: prepared.Statements, max_queued: int | None
+        self,
+        engine: AsyncEngine,
+        statements: prepared.Statements,
+        max_queued: int | None,
+        max_per_user: int | None = None,
     ) -> None:
         self.engine = engine
         self.statements = statements
         self.max_queued = max_queued
+        self.max_per_user = max_per_user
 
     async def accept(self, session_id: str, user_id: str, text: str) -> InboxItem | None:
         """The accepted message, or None (nothing stored) for the portable accept."""
-        message = OneTripAccept(session_id, user_id, text, self.max_queued)
+        message = OneTripAccept(session_id, user_id, text, self.max_queued, self.max_per_user)
         try:
             row = await self._send(message.parts)
         except psycopg.DataError as exc:

@@ -36,8 +36,10 @@ WITH s AS (
   WHERE session_id = %(session_id)s AND user_id IS NOT DISTINCT FROM %(user_id)s
   RETURNING session_id, inbox_seq, phase, revision, event_seq
 ), i AS (
-  INSERT INTO inbox (message_id, session_id, seq, text, state, created_at, idempotency_key)
-  SELECT %(message_id)s, s.session_id, s.inbox_seq, %(text)s, 'queued', %(now)s, NULL FROM s
+  INSERT INTO inbox (message_id, session_id, seq, text, state, created_at, idempotency_key,
+    user_id)
+  SELECT %(message_id)s, s.session_id, s.inbox_seq, %(text)s, 'queued', %(now)s, NULL,
+    %(user_id)s FROM s
 ), e AS (
   INSERT INTO events (session_id, seq, kind, revision, phase, at, data)
   SELECT s.session_id, s.event_seq, 'message_accepted', s.revision, s.phase, %(now)s,
@@ -59,9 +61,13 @@ _ACCEPTED = prepared.prepare(
     """
 SELECT s.inbox_seq, s.phase, s.revision, w.waiting,
   CAST(CASE WHEN w.waiting >= %(over_quota)s THEN 'AGENTSTATE_MAX_QUEUED_MESSAGES' ELSE '0' END
-    AS integer)
+    AS integer),
+  CAST(CASE WHEN u.waiting >= %(over_user_quota)s
+    THEN 'AGENTSTATE_MAX_QUEUED_MESSAGES_PER_USER' ELSE '0' END AS integer)
 FROM sessions s, LATERAL (SELECT count(*) AS waiting FROM (SELECT 1 FROM inbox q
-  WHERE q.session_id = s.session_id AND q.state = 'queued' LIMIT %(over_quota)s) c) w
+  WHERE q.session_id = s.session_id AND q.state = 'queued' LIMIT %(over_quota)s) c) w,
+  LATERAL (SELECT count(*) AS waiting FROM (SELECT 1 FROM inbox q
+  WHERE q.user_id = s.user_id AND q.state = 'queued' LIMIT %(over_user_quota)s) c) u
 WHERE s.session_id = %(session_id)s AND current_setting('agentstate.accepted', true) = '1'""",
 )
 
@@ -79,7 +85,14 @@ class OneTripAccept:
     ``_ACCEPTED``), and the item their row describes; the sync and the asyncio clients
     send it each on their own driver."""
 
-    def __init__(self, session_id: str, user_id: str, text: str, max_queued: int | None) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        user_id: str,
+        text: str,
+        max_queued: int | None,
+        max_per_user: int | None = None,
+    ) -> None:
         self.session_id, self.text = session_id, text
         self.message_id, self.now = new_id("msg"), utcnow()
         # No quota (the engine's own callers): no inbox holds this many.
@@ -91,6 +104,7 @@ class OneTripAccept:
             "text": text,
             "now": self.now,
             "over_quota": limit + 1,  # this message is among those counted after it
+            "over_user_quota": (max_per_user or _NO_QUOTA) + 1,
         }
         self.parts: list[prepared.Part] = [(_ACCEPT, params), (_ACCEPTED, params)]
 
@@ -101,7 +115,7 @@ class OneTripAccept:
 
     def item(self, row: prepared.Row) -> InboxItem:
         """The accepted message, from ``_ACCEPTED``'s row."""
-        seq, phase, revision, waiting, _room = tuple(row)
+        seq, phase, revision, waiting, _room, _user_room = tuple(row)
         # Waiting counts this message too (no later one can have committed: the
         # transaction still held the row lock).
         needs_kick = owes_kick(phase, int(waiting) > 1)
@@ -126,8 +140,9 @@ class PostgresInbox(Inbox):
         engine: Engine,
         statements: prepared.Statements = prepared.PREPARED,
         max_queued: int | None = None,
+        max_per_user: int | None = None,
     ) -> None:
-        super().__init__(engine, max_queued)
+        super().__init__(engine, max_queued, max_per_user)
         self.autocommit = autocommit_engine(engine)
         self.statements = statements
 
@@ -137,7 +152,7 @@ class PostgresInbox(Inbox):
         """Like :meth:`Inbox.accept`, in one round trip when the session exists."""
         if idempotency_key is not None:
             return super().accept(session_id, user_id, text, idempotency_key)
-        message = OneTripAccept(session_id, user_id, text, self.max_queued)
+        message = OneTripAccept(session_id, user_id, text, self.max_queued, self.max_per_user)
         try:
             row = prepared.first(self.statements.rows(self.autocommit, message.parts))
         except DataError as exc:

@@ -174,6 +174,9 @@ class InboxRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     # The caller's key for this message: the database refuses a second one per session.
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    # The session's user (migration 0021): AGENTSTATE_MAX_QUEUED_MESSAGES_PER_USER counts
+    # a user's waiting messages through ix_inbox_user_queued, not through their sessions.
+    user_id: Mapped[str | None] = mapped_column(ID)
 
     __table_args__ = (
         UniqueConstraint("session_id", "seq", name="uq_inbox_session_seq"),
@@ -187,6 +190,7 @@ class InboxRow(Base):
             postgresql_where=_QUEUED,
             sqlite_where=_QUEUED,
         ),
+        Index("ix_inbox_user_queued", "user_id", postgresql_where=_QUEUED, sqlite_where=_QUEUED),
     )
 
 

@@ -69,7 +69,10 @@ class AgentClient(ApprovalControl, Timeline, Lifecycle, Automation):
             self.backend.engine, self.backend.cache, self.backend.statements
         )
         self.inbox = Inbox.for_engine(
-            self.backend.engine, self.backend.statements, self.settings.max_queued_messages
+            self.backend.engine,
+            self.backend.statements,
+            self.settings.max_queued_messages,
+            self.settings.max_queued_messages_per_user,
         )
         self.users = PersistentStateManager(
             self.backend.redis, self.backend.engine, settings=self.settings

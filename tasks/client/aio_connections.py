@@ -67,7 +67,9 @@ class Connections:
         sync_engine = engine.sync_engine
         cache = NoCache(settings.cache_ttl)
         sessions = SessionStore(sync_engine, cache)
-        inbox = Inbox(sync_engine, settings.max_queued_messages)
+        inbox = Inbox(
+            sync_engine, settings.max_queued_messages, settings.max_queued_messages_per_user
+        )
         client = async_redis(settings.redis_url)
         feed = EventFeed(sync_engine, cache.redis, settings.events)
         users = PersistentStateManager(cache.redis, sync_engine, settings=settings)
@@ -86,7 +88,10 @@ class Connections:
             one_trip=None
             if sync_engine.dialect.name == "sqlite"
             else AsyncOneTripAccept(
-                engine, statements_for(settings.db_pooler), settings.max_queued_messages
+                engine,
+                statements_for(settings.db_pooler),
+                settings.max_queued_messages,
+                settings.max_queued_messages_per_user,
             ),
         )
 

@@ -13,6 +13,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from config import redact_url
 from state.documents.codec import Document
+from state.events.feed import KNOWN_MESSAGES
 from state.events.hub import Subscription
 from state.events.log import Page
 from state.events.push import FALLBACK_POLL_S
@@ -60,6 +61,7 @@ class Follower:
         self.tokens_channel = keys.session_tokens(session_id)
         self.events_channel = keys.session_events(session_id)
         self.merge = TokenMerge()
+        self.known: dict[str, bool] = {}
         self.backlog: list[tuple[str, bytes] | None] = []
 
     async def run(
@@ -72,7 +74,7 @@ class Follower:
         read, first = True, True
         while True:
             if read:
-                for item in await self._woven(subscription, shared=not first):
+                async for item in self._woven(subscription, shared=not first):
                     yield item
                 if self.gone:
                     return
@@ -100,16 +102,32 @@ class Follower:
             if entry is None:
                 yield None
             elif entry[0] != self.tokens_channel:
-                for item in await self._woven(subscription):
+                async for item in self._woven(subscription):
                     yield item
             else:
-                chunk = self._chunk(entry[1])
+                parsed = parse_published(entry[1])
+                if parsed is None or not await self._ours(parsed[0]):
+                    continue
+                chunk = self.merge.chunk(*parsed)
                 if chunk is not None:
                     yield chunk
 
-    def _chunk(self, payload: bytes) -> Document | None:
-        parsed = parse_published(payload)
-        return None if parsed is None else self.merge.chunk(*parsed)
+    async def _ours(self, message_id: str) -> bool:
+        """Whether the chunk's message is of this generation (``EventFeed.belongs``),
+        asked once per message: a turn of an erased generation that is still streaming,
+        or the next owner's, never reaches this follower."""
+        if message_id not in self.known:
+            if len(self.known) > KNOWN_MESSAGES:
+                self.known.clear()
+            feed, session_id, generation = (
+                self.connections.reads.feed,
+                self.session_id,
+                self.generation,
+            )
+            self.known[message_id] = await bridged(
+                self.connections.engine, lambda _: feed.belongs(session_id, message_id, generation)
+            )
+        return self.known[message_id]
 
     async def _catch_up(self) -> None:
         connections = self.connections
@@ -128,27 +146,29 @@ class Follower:
         ):
             self.merge.catch_up(stored)
 
-    async def _woven(self, subscription: Subscription, *, shared: bool = True) -> list[Document]:
+    async def _woven(
+        self, subscription: Subscription, *, shared: bool = True
+    ) -> AsyncIterator[Document]:
         """The new events, each message's chunks before the event that ends it. Read with
         the other followers at this place (``SharedReads``), except a follower's first
-        read: its subscription may be newer than a read already running. Read a page at
-        a time (``EventFeed.new_events``); sets :attr:`gone` when the generation is."""
-        out: list[Document] = []
+        read: its subscription may be newer than a read already running. Read and handed
+        on a page at a time (``EventFeed.new_events``), so a follower holds one page of
+        the log, never the log; sets :attr:`gone` when the generation is."""
         while True:
             found = await self._page(shared)
             if found is None:
                 self.gone = True
-                return out
+                return
             for event in found:
                 self.cursor = event["seq"]
                 ended = self.merge.ending(event)
                 if ended is not None:
-                    out += self.merge.release(ended)
-                    out += self._chunks_of(ended, subscription)
+                    for item in [*self.merge.release(ended), *self._chunks_of(ended, subscription)]:
+                        yield item
                 self.merge.saw(event)
-                out.append(event)
+                yield event
             if not found.more:
-                return out
+                return
 
     async def _page(self, shared: bool) -> Page | None:
         connections = self.connections

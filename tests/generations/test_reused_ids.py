@@ -87,3 +87,21 @@ def test_a_follower_of_an_erased_session_ends_and_never_reads_the_next_owner(
     texts = [str(event.get("data")) for event in followed]
     assert any("hello from alice" in text for text in texts)
     assert not any("bob" in text or "part " in text for text in texts), texts
+
+
+def test_a_turn_of_an_erased_session_still_streaming_never_reaches_the_next_owner(
+    client: AgentClient,
+) -> None:
+    alice, bob, session_id = uid("alice"), uid("bob"), uid("team-chat")
+    # Twelve chunks with a pause halfway: Alice's handler goes on streaming after erasure.
+    client.send_message(session_id, "trickle stall: alice's words", user_id=alice)
+    for event in client.events(session_id, follow=True, timeout=30, user_id=alice, tokens=True):
+        if event["kind"] == "token":
+            break  # Alice's turn is streaming now
+    client.erase_user(alice)
+    mine = {client.send_message(session_id, "hello, it is bob", user_id=bob)}
+    followed = list(client.events(session_id, follow=True, timeout=6, user_id=bob, tokens=True))
+
+    chunks = [event for event in followed if event["kind"] == "token"]
+    assert all(chunk["data"]["message_id"] in mine for chunk in chunks), chunks
+    assert not any("alice" in str(event["data"]) for event in followed), followed

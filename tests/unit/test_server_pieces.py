@@ -173,3 +173,17 @@ def test_request_bodies_are_strict() -> None:
             MessageIn.model_validate(bad)
     with pytest.raises(ValidationError):
         DecisionIn.model_validate({"approve": "true", "by": "me"})
+
+
+def test_a_key_in_a_url_is_scrubbed_and_the_access_line_still_written() -> None:
+    from uvicorn.logging import AccessFormatter
+
+    key = "a-key-someone-pasted-into-a-url"
+    parse_api_keys(f"{key}:alice")
+    args = ("127.0.0.1:5000", "GET", f"/v1/sessions?key={key}", "1.1", 200)
+    record = logging.LogRecord(
+        "uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d', args, None
+    )
+    SecretFilter().filter(record)
+    line = AccessFormatter("%(client_addr)s %(request_line)s %(status_code)s").format(record)
+    assert key not in line and "GET /v1/sessions?key=" in line and "200" in line

@@ -6,6 +6,9 @@ is bound to that row and not to an id that erasure or retention may free for som
   ``workflows.generation`` default to its next value (existing rows get one each);
   ``workflow_steps.generation`` is copied from the step's workflow.
 - SQLite: the columns, filled with random 63-bit numbers (it has no sequences).
+- ``inbox.user_id`` (the session's user, filled in) and ``ix_inbox_user_queued`` on it for
+  the queued rows: AGENTSTATE_MAX_QUEUED_MESSAGES_PER_USER counts a user's waiting
+  messages in one short index scan.
 
 Revision ID: 0021
 Revises: 0020
@@ -28,6 +31,7 @@ _COPY_STEPS = """UPDATE workflow_steps SET generation = (
 
 
 def upgrade() -> None:
+    _inbox_users()
     if op.get_bind().dialect.name == "postgresql":
         op.execute(f"CREATE SEQUENCE IF NOT EXISTS {SEQUENCE}")
         minted = sa.text(f"nextval('{SEQUENCE}')")
@@ -52,7 +56,25 @@ def upgrade() -> None:
     op.execute(_COPY_STEPS)
 
 
+def _inbox_users() -> None:
+    op.add_column("inbox", sa.Column("user_id", sa.String(128), nullable=True))
+    op.execute(
+        "UPDATE inbox SET user_id = (SELECT s.user_id FROM sessions s "
+        "WHERE s.session_id = inbox.session_id)"
+    )
+    queued = sa.text("state = 'queued'")
+    op.create_index(
+        "ix_inbox_user_queued",
+        "inbox",
+        ["user_id"],
+        postgresql_where=queued,
+        sqlite_where=queued,
+    )
+
+
 def downgrade() -> None:
+    op.drop_index("ix_inbox_user_queued", table_name="inbox")
+    op.drop_column("inbox", "user_id")
     for table in ("workflow_steps", "workflows", "sessions"):
         op.drop_column(table, "generation")
     if op.get_bind().dialect.name == "postgresql":
