@@ -31,6 +31,7 @@ from tasks.server.auth import KeyTable, caller
 from tasks.server.backend import open_client
 from tasks.server.guards import BodyLimit, SecurityHeaders, TimeLimit
 from tasks.server.models import ErrorOut
+from tasks.server.protocols.a2a import routes as a2a_routes
 from tasks.server.protocols.agui import routes as agui_routes
 from tasks.server.queries import known_query_parameters
 from tasks.server.routes import (
@@ -111,6 +112,8 @@ def create_app(settings: Settings | None = None, client: AsyncAgentClient | None
         app.include_router(module.router, responses=ERROR_RESPONSES, dependencies=[KEY, QUERY])
     # The protocols' doors: the same keys as /v1 (their own documents describe them).
     app.include_router(agui_routes.router, dependencies=[KEY, QUERY])
+    app.include_router(a2a_routes.rpc_router, dependencies=[KEY, QUERY])
+    app.include_router(a2a_routes.card_router)  # agent cards are public
     _add_console(app)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)

@@ -223,11 +223,15 @@ async def watch(
     user_id: str | None,
     *,
     started: bool = False,
+    timeout: float | None = None,
 ) -> AsyncIterator[TurnItem]:
     """The turn of ``message_id``, from the session's events after ``after`` (``started``:
-    the turn is already running, as when its approval was just decided)."""
+    the turn is already running, as when its approval was just decided); without
+    :class:`Ended` when ``timeout`` seconds pass first."""
     turn = _Turn(message_id, started)
-    source = client.events(session_id, after=after, follow=True, user_id=user_id, tokens=True)
+    source = client.events(
+        session_id, after=after, follow=True, user_id=user_id, tokens=True, timeout=timeout
+    )
     try:
         async for event in source:
             for item in turn.take(event):
