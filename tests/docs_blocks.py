@@ -48,6 +48,7 @@ SERVED = {
     ("docs/guides/http-api.md", "import json"),
     ("docs/guides/agui.md", "import json"),
     ("docs/guides/a2a.md", "import asyncio"),
+    ("docs/guides/mcp.md", "import asyncio"),
 }
 
 
