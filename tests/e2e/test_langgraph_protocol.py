@@ -226,3 +226,18 @@ def test_another_users_thread_cannot_be_run(api: Api, alice: SyncLangGraphClient
         bob.runs.wait(tid, "echo", input={"messages": [{"role": "user", "content": "x"}]})
     assert theirs.value.response.status_code == 404
     assert alice.threads.get(tid)["values"] == {"messages": []}
+
+
+def test_join_stream_follows_a_run_under_way_and_replays_a_finished_one(
+    alice: SyncLangGraphClient,
+) -> None:
+    tid, run_id = busy_thread(alice)
+    parts = list(alice.runs.join_stream(tid, run_id, stream_mode="values"))
+    assert parts[0].event == "metadata" and parts[0].data["run_id"] == run_id
+    assert last(parts[-1].data)["content"] == "all steps done for linger a bit"
+    again = list(alice.runs.join_stream(tid, run_id))
+    assert [p.event for p in again] == ["metadata", "values"]
+    assert again[-1].data == parts[-1].data
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        list(alice.runs.join_stream(tid, run_id, last_event_id="7"))
+    assert refused.value.response.status_code == 422

@@ -308,6 +308,44 @@ async def join_run(request: Request, thread_id: str, run_id: str) -> JSONRespons
     raise AssertionError("follow always ends with done")
 
 
+@router.get("/threads/{thread_id}/runs/{run_id}/stream")
+async def join_stream(request: Request, thread_id: str, run_id: str) -> StreamingResponse:
+    """Join a run's stream: a finished run's final values, or the rest of a run under way
+    (its chunks from the start of its turn). ``Last-Event-ID`` other than ``-1`` (replay
+    all) is refused: these frames carry no ids to resume from."""
+    query = request.query_params
+    # The SDK sends "stream_mode=" when it names none.
+    modes = [m for m in query.getlist("stream_mode") if m] or ["values"]
+    unknown = [m for m in modes if m not in STREAM_MODES]
+    if unknown:
+        raise HTTPException(422, f"stream_mode {unknown} not among {STREAM_MODES}")
+    if query.get("cancel_on_disconnect", "false").lower() not in ("false", "0", ""):
+        raise HTTPException(422, "cancel_on_disconnect is not supported by this server")
+    if request.headers.get("last-event-id", "-1") != "-1":
+        raise HTTPException(422, "Last-Event-ID: only -1 (replay all) is supported here")
+    session = await session_of(request, thread_id)
+    status = shapes.run_status(session, run_id)
+    if status is None:
+        raise HTTPException(404, "Run not found")
+    run = Started(str(session["session_id"]), run_id, "", str(session["user_id"]))
+    if status in ("success", "error", "interrupted"):
+        result = await _result(request, run, status == "error", {})
+        frames = _finished_frames(run, result, set(modes))
+    else:
+        run.approval_id = ""  # follow from the start of the log: the run is under way
+        frames = _frames(request, run, set(modes))
+    headers = {"Content-Location": run.location}
+    return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
+
+
+async def _finished_frames(run: Started, result: Document, modes: set[str]) -> AsyncIterator[bytes]:
+    yield _sse("metadata", {"run_id": run.run_id, "attempt": 1})
+    if "__error__" in result:
+        yield _sse("error", result["__error__"])
+    elif "values" in modes:
+        yield _sse("values", result)
+
+
 @router.post("/threads/{thread_id}/runs/{run_id}/cancel")
 async def cancel_run(request: Request, thread_id: str, run_id: str) -> Response:
     action = request.query_params.get("action", "interrupt")
