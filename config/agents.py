@@ -9,7 +9,9 @@ messages learns the names without importing any agent or framework.
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 from state.errors import ConfigurationError
 
@@ -41,4 +43,43 @@ def parse_agents(text: str) -> dict[str, str]:
         if name in table:
             raise ConfigurationError(f"{where}: agent {name!r} is named twice")
         table[name] = target
+    return table
+
+
+CONFIG_VARIABLE = "AGENTSTATE_LANGGRAPH_CONFIG"
+FILE_TARGET = "file:"  # a target that names a file path, ``file:/abs/path.py:attribute``
+
+
+def langgraph_graphs(path: str) -> dict[str, str]:
+    """``{name: target}`` of the ``graphs`` of a ``langgraph.json`` (LangGraph's own
+    config file, as a project has it): ``"name": "./src/graph.py:graph"`` (a file, relative
+    to the config file) or ``"name": "package.module:graph"``. ConfigurationError naming
+    the variable if the file cannot be read or a graph is malformed."""
+    if not path:
+        return {}
+    config = Path(path)
+    try:
+        document = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(f"{CONFIG_VARIABLE}: cannot read {path}: {exc}") from None
+    graphs = document.get("graphs") if isinstance(document, dict) else None
+    if not isinstance(graphs, dict):
+        raise ConfigurationError(f'{CONFIG_VARIABLE}: {path} has no "graphs" object')
+    table: dict[str, str] = {}
+    for name, spec in graphs.items():
+        where = f"{CONFIG_VARIABLE}: graph {name!r}"
+        if not AGENT_NAME.fullmatch(str(name)) or name == DEFAULT_AGENT:
+            raise ConfigurationError(
+                f"{where}: a name here is a lowercase letter, then up to 63 lowercase "
+                f"letters, digits, '_' or '-' (and not {DEFAULT_AGENT!r})"
+            )
+        found = spec.get("path") if isinstance(spec, dict) else spec
+        location, colon, attribute = str(found or "").rpartition(":")
+        if not colon or not location or not attribute.isidentifier():
+            raise ConfigurationError(f'{where} is not "path.py:attribute" or "module:attribute"')
+        if location.endswith(".py") or "/" in location:
+            file = (config.parent / location).resolve()
+            table[name] = f"{FILE_TARGET}{file}:{attribute}"
+        else:
+            table[name] = f"{location}:{attribute}"
     return table

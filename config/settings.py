@@ -16,7 +16,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from config.agents import parse_agents
+from config.agents import langgraph_graphs, parse_agents
 from config.api_keys import parse_api_keys
 from config.urls import (
     absolute_sqlite_url,
@@ -136,6 +136,9 @@ class Settings(BaseSettings):
     agents: str = ""
     """Agents beside the default one: comma-separated `name=dotted.path[:attribute]` (phase
     handlers, a compiled LangGraph graph, ...); a session's first message picks one by name."""
+    langgraph_config: str = ""
+    """Path of a `langgraph.json` whose `graphs` are agents too, beside AGENTSTATE_AGENTS (a
+    LangGraph project moves over with its config file as it is)."""
     framework_turn_timeout: float = Field(600.0, gt=0)
     """Seconds a turn of a framework agent (a LangGraph graph, ...) may run in `executing`."""
     action_modules: str = ""
@@ -383,7 +386,7 @@ class Settings(BaseSettings):
                 object.__setattr__(self, field, url)
         if not self.broker_url:
             object.__setattr__(self, "broker_url", self.redis_url)
-        parse_agents(self.agents)  # refused at start, naming the variable
+        self._check_agents()  # refused at start, naming the variable
         self._derive_time_limits()
         self._resolve_api_keys()
         return self
@@ -406,14 +409,24 @@ class Settings(BaseSettings):
 
     @property
     def agent_targets(self) -> dict[str, str]:
-        """``{name: dotted.path[:attribute]}`` of AGENTSTATE_AGENTS, in order."""
-        return parse_agents(self.agents)
+        """``{name: dotted.path[:attribute]}`` of AGENTSTATE_AGENTS, in order, then the
+        graphs of AGENTSTATE_LANGGRAPH_CONFIG."""
+        return {**parse_agents(self.agents), **langgraph_graphs(self.langgraph_config)}
+
+    def _check_agents(self) -> None:
+        named = parse_agents(self.agents)
+        both = sorted(set(named) & set(langgraph_graphs(self.langgraph_config)))
+        if both:
+            raise ConfigurationError(
+                f"AGENTSTATE_AGENTS and AGENTSTATE_LANGGRAPH_CONFIG both name {both[0]!r}"
+            )
 
     @property
     def turn_timeout_longest(self) -> float:
         """The longest a turn may stay in ``executing``: a framework agent's time limit
         counts once AGENTSTATE_AGENTS names any agent (it may be one)."""
-        framework = self.framework_turn_timeout if self.agents.strip() else 0.0
+        named = self.agents.strip() or self.langgraph_config
+        framework = self.framework_turn_timeout if named else 0.0
         return max(self.execution_timeout, framework)
 
     def _derive_time_limits(self) -> None:

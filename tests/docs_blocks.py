@@ -35,6 +35,11 @@ FRAGMENTS = {
     ("docs/guides/async-client.md", "async with AsyncAgentClient() as agent:"),
     ("docs/guides/run-control.md", '@action("charge")'),
     ("docs/guides/multi-user.md", "from tasks.client import AgentClient"),
+    ("docs/guides/many-agents.md", "from langgraph_sdk import get_sync_client"),
+    (
+        "docs/guides/many-agents.md",
+        'client.send_message("s-1", "plan my week", user_id="alice", agent="planner")',
+    ),
     ("docs/guides/streaming.md", "# my_agent.py   (AGENTSTATE_AGENT=my_agent)"),
     (
         "docs/guides/run-control.md",

@@ -215,3 +215,12 @@ def as_document(row: Any) -> Document:
         "at": iso(row.at),
         "data": codec.loads(row.data),
     }
+
+
+def last_seq(conn: Connection, session_id: str) -> int:
+    """The seq of the session's last event (0: none, or no such session): a follower that
+    only wants what comes next starts after it, whatever the log's length."""
+    row = conn.execute(
+        select(sessions.c.event_seq).where(sessions.c.session_id == session_id)
+    ).first()
+    return 0 if row is None else int(row[0])

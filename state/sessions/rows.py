@@ -42,7 +42,11 @@ def full_document(snapshot: Snapshot, history: list[Document]) -> Document:
 
 
 def insert_session(
-    conn: Connection, session_id: str, user_id: str, agent: str | None = None
+    conn: Connection,
+    session_id: str,
+    user_id: str,
+    agent: str | None = None,
+    extra: Document | None = None,
 ) -> bool:
     """Create the session's row unless it exists (revision 0, idle, no history), with the
     record of its revision 0; True if it was created. ``agent``: the name of the agent
@@ -51,6 +55,7 @@ def insert_session(
     doc = new_document(session_id, user_id)
     if agent is not None:
         doc[AGENT_KEY] = agent
+    doc.update(extra or {})  # keys of the caller's own (a LangGraph thread's metadata)
     stmt = dialect_insert(conn, sessions).values(
         session_id=session_id,
         user_id=user_id,

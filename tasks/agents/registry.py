@@ -20,14 +20,17 @@ double-texted, streamed, recovered and erased as every other turn is.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Protocol
 
 from config import Settings
-from config.agents import DEFAULT_AGENT
+from config.agents import DEFAULT_AGENT, FILE_TARGET
 from state.agent import Agent, PhaseContext, load_agent
 from state.agent import _import as import_dotted
 from state.agent_set import AgentSet, TurnAgent
@@ -124,6 +127,8 @@ def kind_of(obj: object) -> str:
 def import_target(target: str) -> object:
     """The object ``dotted.path[:attribute]`` names (``dotted.path`` alone: a module, or
     a module's attribute, as AGENTSTATE_AGENT is read)."""
+    if target.startswith(FILE_TARGET):
+        return _from_file(target.removeprefix(FILE_TARGET))
     module_name, colon, attribute = target.partition(":")
     if not colon:
         return import_dotted(target)
@@ -134,6 +139,29 @@ def import_target(target: str) -> object:
     except (ImportError, AttributeError) as exc:
         raise AgentStateError(f"cannot import agent {target!r}: {exc}") from exc
     return value
+
+
+def _from_file(spec: str) -> object:
+    """``attribute`` of the Python file ``/path/file.py`` (``/path/file.py:attribute``),
+    loaded once as a module of its own (as LangGraph's server loads a graph's file)."""
+    path, _, attribute = spec.rpartition(":")
+    name = "agentstate_graph_" + hashlib.sha1(path.encode()).hexdigest()[:12]  # noqa: S324
+    module = sys.modules.get(name)
+    if module is None:
+        found = importlib.util.spec_from_file_location(name, path)
+        if found is None or found.loader is None:
+            raise AgentStateError(f"cannot load graph file {path!r}")
+        module = importlib.util.module_from_spec(found)
+        sys.modules[name] = module
+        try:
+            found.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[name]
+            raise AgentStateError(f"cannot load graph file {path!r}: {exc}") from exc
+    try:
+        return getattr(module, attribute)
+    except AttributeError as exc:
+        raise AgentStateError(f"graph file {path!r} has no {attribute!r}") from exc
 
 
 def _runnable(name: str, target: str, settings: Settings) -> tuple[str, TurnAgent]:
@@ -162,12 +190,12 @@ class Registry:
     kinds: dict[str, str]
 
 
-_registries: dict[tuple[str, str], Registry] = {}
+_registries: dict[tuple[str, str, str], Registry] = {}
 
 
 def registry(settings: Settings) -> Registry:
     """The agents ``settings`` configure (imported and checked once per process)."""
-    key = (settings.agent, settings.agents)
+    key = (settings.agent, settings.agents, settings.langgraph_config)
     found = _registries.get(key)
     if found is None:
         kinds = {DEFAULT_AGENT: PHASES}

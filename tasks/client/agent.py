@@ -133,7 +133,7 @@ class AgentClient(ApprovalControl, Timeline, Lifecycle, Automation):
             "agentstate.send_message", self.settings, **{"agentstate.session_id": session_id}
         ):
             if named is not None:
-                pin_agent(self.backend.engine, session_id, user_id, named)
+                pin_agent(self.backend.engine, session_id, user_id, named, self.backend.cache)
             return self._send_message(session_id, text, user_id, idempotency_key, strategy)
 
     def list_agents(self) -> list[Document]:

@@ -32,6 +32,7 @@ from tasks.server.auth import KeyTable, caller
 from tasks.server.backend import open_client
 from tasks.server.guards import BodyLimit, SecurityHeaders, TimeLimit
 from tasks.server.models import ErrorOut
+from tasks.server.protocols import langgraph as langgraph_protocol
 from tasks.server.protocols.a2a import routes as a2a_routes
 from tasks.server.protocols.agui import routes as agui_routes
 from tasks.server.protocols.mcp import door as mcp_door
@@ -113,6 +114,8 @@ def create_app(settings: Settings | None = None, client: AsyncAgentClient | None
     for module in (sessions, workflows, approvals, users, schedules, webhooks, agents):
         # Every /v1 route needs a key, whether or not it asks who is calling.
         app.include_router(module.router, responses=ERROR_RESPONSES, dependencies=[KEY, QUERY])
+    # LangGraph's Agent Server protocol, with its own error shape and key headers.
+    app.mount(langgraph_protocol.PREFIX, langgraph_protocol.build_app(app))
     # The protocols' doors: the same keys as /v1 (their own documents describe them).
     app.include_router(agui_routes.router, dependencies=[KEY, QUERY])
     app.include_router(a2a_routes.rpc_router, dependencies=[KEY, QUERY])

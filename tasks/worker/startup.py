@@ -75,7 +75,7 @@ def check_agent() -> None:
             raise AgentStateError(
                 f"cannot import agent {dotted!r} (AGENTSTATE_AGENT): {describe_failure(exc)}"
             ) from exc
-        if settings.agents.strip():
+        if settings.agents.strip() or settings.langgraph_config:
             _check_named_agents(settings)
 
 

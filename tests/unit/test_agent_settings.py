@@ -3,13 +3,15 @@ the objects without importing any framework, and framework turns' time limits.""
 
 from __future__ import annotations
 
+import json
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
 from config import Settings
-from config.agents import parse_agents
+from config.agents import langgraph_graphs, parse_agents
 from state.errors import BadInputError, ConfigurationError
 from tasks.agents.registry import checked_agent, kind_of
 
@@ -77,3 +79,56 @@ def test_a_message_may_name_only_a_configured_agent() -> None:
     assert checked_agent(settings, "a") == "a"
     with pytest.raises(BadInputError, match="unknown agent 'b'; the agents are"):
         checked_agent(settings, "b")
+
+
+def test_a_framework_turn_gets_the_framework_deadline() -> None:
+    from state.agent import PhaseContext
+    from state.turns.rules import TURN_TIMEOUT_KEY
+    from tasks.agents.framework import FrameworkAgent
+    from tasks.agents.registry import FrameworkTurn, TurnOutcome
+
+    class Adapter:
+        def run_turn(self, turn: FrameworkTurn) -> TurnOutcome:
+            return TurnOutcome(reply=f"ran {turn.ctx.message}")
+
+    agent = FrameworkAgent("g", Adapter(), Settings(**TINY, framework_turn_timeout=42))
+    ctx = PhaseContext("s", "u", "understanding", "hi", "m", {}, [], [], {})
+    assert agent.run("understanding", ctx).context == {TURN_TIMEOUT_KEY: 42}
+    assert agent.run("executing", ctx).context == {"framework_reply": "ran hi"}
+    assert not agent.is_quick("executing") and agent.is_quick("planning")
+
+
+def test_a_langgraph_json_names_agents(tmp_path: Path) -> None:
+    config = tmp_path / "langgraph.json"
+    config.write_text(
+        json.dumps({"graphs": {"chat": "./src/chat.py:graph", "ops": "pkg.ops:graph"}})
+    )
+    assert langgraph_graphs(str(config)) == {
+        "chat": f"file:{(tmp_path / 'src' / 'chat.py').resolve()}:graph",
+        "ops": "pkg.ops:graph",
+    }
+    settings = Settings(**TINY, agents="a=pkg", langgraph_config=str(config))
+    assert list(settings.agent_targets) == ["a", "chat", "ops"]
+    assert settings.task_time_limit > settings.framework_turn_timeout
+
+
+@pytest.mark.parametrize(
+    ("graphs", "message"),
+    [
+        ({"Chat": "./a.py:graph"}, "graph 'Chat': a name here"),
+        ({"chat": "./a.py"}, "graph 'chat' is not"),
+        (None, 'has no "graphs" object'),
+    ],
+)
+def test_a_bad_langgraph_json_is_refused_naming_the_variable(
+    tmp_path: Path, graphs: object, message: str
+) -> None:
+    config = tmp_path / "langgraph.json"
+    config.write_text(json.dumps({"graphs": graphs} if graphs is not None else {}))
+    with pytest.raises(ConfigurationError, match=message):
+        Settings(**TINY, langgraph_config=str(config))
+    with pytest.raises(ConfigurationError, match="AGENTSTATE_LANGGRAPH_CONFIG: cannot read"):
+        Settings(**TINY, langgraph_config=str(tmp_path / "missing.json"))
+    config.write_text(json.dumps({"graphs": {"a": "pkg:graph"}}))
+    with pytest.raises(ConfigurationError, match="both name 'a'"):
+        Settings(**TINY, agents="a=pkg", langgraph_config=str(config))
