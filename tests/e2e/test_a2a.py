@@ -111,6 +111,17 @@ def test_a_blocking_send_returns_the_answered_task(api: Api, agent: AgentClient)
         listed = await client.list_tasks(
             pb.ListTasksRequest(context_id=task.context_id, include_artifacts=True)
         )
+        working = await client.list_tasks(
+            pb.ListTasksRequest(context_id=task.context_id, status=pb.TASK_STATE_WORKING)
+        )
+        assert list(working.tasks) == []
+        streaming = await connect(api, "alice")
+        try:
+            [_ async for _ in streaming.subscribe(pb.SubscribeToTaskRequest(id=task.id))]
+        except A2AError as exc:
+            assert "finished task" in str(exc)
+        else:
+            raise AssertionError("subscribing to a finished task was not refused")
         return task, got, listed
 
     task, got, listed = run(go())
