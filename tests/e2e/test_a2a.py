@@ -237,3 +237,31 @@ def test_another_users_task_and_context_read_as_missing(api: Api, agent: AgentCl
 
 async def _drain(stream: AsyncIterator[Any]) -> list[Any]:
     return [item async for item in stream]
+
+
+def test_a2a_streams_count_against_the_process_cap(
+    workers: Workers, worker_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    keys = new_keys("alice")
+    folder = tmp_path_factory.mktemp("capped")
+    with serving(worker_settings, folder, keys, AGENTSTATE_MAX_STREAMS="1") as capped:
+
+        async def go() -> str:
+            client, poller = await connect(capped, "alice"), await connect(capped, "alice", False)
+            for _ in range(3):  # each stream gives its slot back when it ends
+                events = await send(client, message("what is 2+2?"))
+                assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+            (first,) = await send(poller, message("ponder then trickle"), return_immediately=True)
+            subscription = client.subscribe(pb.SubscribeToTaskRequest(id=first.task.id))
+            await anext(subscription)  # the one slot is held
+            try:
+                await send(client, message("and another"))
+            except Exception as exc:  # the service's 503 for a full house
+                refused = str(exc)
+            else:
+                refused = ""
+            await subscription.aclose()
+            return refused
+
+        refused = run(go())
+    assert "503" in refused or "MAX_STREAMS" in refused, refused

@@ -9,6 +9,7 @@ call context.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -19,6 +20,8 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_1_0
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from sse_starlette.sse import EventSourceResponse
+from starlette.types import Receive, Scope, Send
 
 from config import Settings
 from config.agents import DEFAULT_AGENT
@@ -26,8 +29,10 @@ from tasks.server.context import Client, Config, Who
 from tasks.server.protocols.a2a.handler import AgentstateHandler
 from tasks.server.protocols.a2a.tasks import Door
 from tasks.server.protocols.agents import require_agent
+from tasks.server.sse import StreamSlots
 
 rpc_router = APIRouter(tags=["a2a"])
+_STREAMING = frozenset({"SendStreamingMessage", "SubscribeToTask"})
 card_router = APIRouter(tags=["a2a"])
 _DOOR = "agentstate.door"
 
@@ -51,8 +56,45 @@ _dispatcher = JsonRpcDispatcher(request_handler=AgentstateHandler(), context_bui
 async def rpc(agent: str, request: Request, who: Who, client: Client, settings: Config) -> Response:
     require_agent(settings, agent)
     request.scope[_DOOR] = Door(client, request.app.state.backend.engine, settings, who, agent)
-    answer: Response = await _dispatcher.handle_requests(request)
-    return answer
+    release = await _stream_slot(request)
+    try:
+        answer: Response = await _dispatcher.handle_requests(request)
+    except BaseException:
+        release()
+        raise
+    if not isinstance(answer, EventSourceResponse):
+        release()
+        return answer
+    return _Releasing(answer, release)
+
+
+async def _stream_slot(request: Request) -> Callable[[], None]:
+    """A slot of AGENTSTATE_MAX_STREAMS for a streaming method (a no-op release for the
+    others): an A2A stream counts as any other event stream of the process."""
+    try:
+        body = await request.json()  # kept by the request: the dispatcher reads it again
+    except ValueError:
+        body = None
+    method = body.get("method") if isinstance(body, dict) else None
+    if method not in _STREAMING:
+        return lambda: None
+    slots: StreamSlots = request.app.state.streams
+    return slots.take()
+
+
+class _Releasing(Response):
+    """A streamed answer that gives its slot back once it ends, however it ends."""
+
+    def __init__(self, inner: Response, release: Callable[[], None]) -> None:
+        super().__init__(status_code=inner.status_code)
+        self.inner = inner
+        self.release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.inner(scope, receive, send)
+        finally:
+            self.release()
 
 
 def card(settings: Settings, agent: str, base_url: str, version: str) -> pb.AgentCard:
