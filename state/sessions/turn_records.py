@@ -1,6 +1,7 @@
-"""A turn read back by its message id, for the protocols that hand turns out as tasks (A2A,
-MCP): where the message is (its inbox row), the reply it got, and the user's turns newest
-first. Reads only; the inbox row is found by its primary key."""
+"""A turn read back by its message id, for the protocols that hand turns out as runs and
+tasks (AG-UI, A2A, MCP): where the session's log stands, where the message is (its inbox
+row), the reply it got, and the user's turns newest first. Reads only; the inbox row is
+found by its primary key, the log's head on the session's row."""
 
 from __future__ import annotations
 
@@ -18,6 +19,40 @@ from state.storage.tables import inbox, messages, sessions
 # gives up on finding an old turn's reply (the turn then reads as answered, no text).
 REPLY_SCAN = 2000
 _PAGE = 200
+
+
+def head(conn: Connection, session_id: str) -> tuple[int, str] | None:
+    """The seq of the session's last event and its user (None: no such session): where a
+    follower of what happens next starts, whatever the log's length."""
+    row = conn.execute(
+        select(sessions.c.event_seq, sessions.c.user_id).where(sessions.c.session_id == session_id)
+    ).first()
+    return None if row is None else (int(row[0]), str(row[1]))
+
+
+def message_state(conn: Connection, session_id: str, message_id: str) -> str | None:
+    """Where a user message of the session is (an ``InboxState``; None: not the session's)."""
+    found = conn.execute(
+        select(inbox.c.state).where(
+            inbox.c.message_id == message_id, inbox.c.session_id == session_id
+        )
+    ).scalar()
+    return None if found is None else str(found)
+
+
+def idempotency_keys(conn: Connection, session_id: str, message_ids: list[str]) -> dict[str, str]:
+    """The idempotency key each of the session's ``message_ids`` was sent with (where one
+    was): a protocol keeps its caller's own message ids there."""
+    if not message_ids:
+        return {}
+    rows = conn.execute(
+        select(inbox.c.message_id, inbox.c.idempotency_key).where(
+            inbox.c.session_id == session_id,
+            inbox.c.message_id.in_(message_ids),
+            inbox.c.idempotency_key.is_not(None),
+        )
+    )
+    return {str(row[0]): str(row[1]) for row in rows}
 
 
 def message_row(conn: Connection, message_id: str) -> Document | None:
