@@ -36,10 +36,14 @@ ActionFn = Callable[[Document, Document, Document], Document]
 MAX_SLEEP_S = 3600.0
 
 _registry: dict[str, ActionFn] = {}
+_schemas: dict[str, Document] = {}
 _imported_modules: set[str] = set()
+# What a step's ``inputs`` may be when an action declares nothing (MCP shows it as the
+# tool's input schema).
+ANY_INPUTS: Document = {"type": "object", "additionalProperties": True}
 
 
-def action(name: str) -> Callable[[ActionFn], ActionFn]:
+def action(name: str, *, inputs: Document | None = None) -> Callable[[ActionFn], ActionFn]:
     """Register the decorated function as the workflow action ``name``.
 
     The function is called as ``fn(inputs, deps, context)`` once per attempt of a step
@@ -69,6 +73,8 @@ def action(name: str) -> Callable[[ActionFn], ActionFn]:
 
     Args:
         name: the name specs use in ``"action"``; one function per name.
+        inputs: a JSON Schema of the step's ``inputs`` (optional): the MCP door shows it
+            as the input schema of the action's tool.
 
     Returns:
         A decorator that registers the function and returns it unchanged.
@@ -94,9 +100,23 @@ def action(name: str) -> Callable[[ActionFn], ActionFn]:
                 f"action {name!r} is already registered by {existing.__module__}"
             )
         _registry[name] = fn
+        if inputs is not None:
+            _schemas[name] = inputs
         return fn
 
     return register
+
+
+def action_inputs(name: str) -> Document:
+    """The JSON Schema of the inputs action ``name`` declared (any object if none)."""
+    return _schemas.get(name, ANY_INPUTS)
+
+
+def action_description(name: str) -> str:
+    """The first line of the action's docstring (empty for one not imported here)."""
+    fn = _registry.get(name)
+    doc = (fn.__doc__ or "").strip() if fn is not None else ""
+    return doc.splitlines()[0] if doc else ""
 
 
 def import_action_modules(modules: list[str] | None = None) -> None:
@@ -164,14 +184,20 @@ def publish_actions(worker: str, settings: Settings | None = None) -> None:
     logger.info("%s serves actions: %s", worker, ", ".join(sorted(served)))
 
 
-@action("echo")
+@action("echo", inputs=ANY_INPUTS)
 @quick
 def echo(inputs: Document, deps: Document, context: Document) -> Document:
     """Return the step's inputs."""
     return dict(inputs)
 
 
-@action("sleep")
+@action(
+    "sleep",
+    inputs={
+        "type": "object",
+        "properties": {"seconds": {"type": "number", "minimum": 0, "maximum": MAX_SLEEP_S}},
+    },
+)
 def sleep(inputs: Document, deps: Document, context: Document) -> Document:
     """Sleep ``seconds`` (at most an hour); other values fail the step without a retry."""
     seconds = inputs.get("seconds", 0)
@@ -183,7 +209,14 @@ def sleep(inputs: Document, deps: Document, context: Document) -> Document:
     return {"slept": seconds}
 
 
-@action("calculate")
+@action(
+    "calculate",
+    inputs={
+        "type": "object",
+        "properties": {"expression": {"type": "string", "description": "e.g. 2+3*4"}},
+        "required": ["expression"],
+    },
+)
 @quick
 def calculate(inputs: Document, deps: Document, context: Document) -> Document:
     """Evaluate ``expression``; a dependency's step id stands for its output ``value``.
@@ -198,7 +231,13 @@ def calculate(inputs: Document, deps: Document, context: Document) -> Document:
     return {"value": evaluate(str(inputs.get("expression", "")), names)}
 
 
-@action("fail")
+@action(
+    "fail",
+    inputs={
+        "type": "object",
+        "properties": {"message": {"type": "string"}, "retryable": {"type": "boolean"}},
+    },
+)
 def fail(inputs: Document, deps: Document, context: Document) -> Document:
     """Fail with ``message``: at once, or under ``max_retries`` with ``retryable: true``."""
     message = str(inputs.get("message", "failed on purpose"))

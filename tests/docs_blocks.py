@@ -49,7 +49,12 @@ FRAGMENTS = {
 # Complete programs that need what the tests do not install (a web framework of the app's).
 NOT_RUN = {("docs/guides/apps.md", "from flask import Flask, jsonify, request")}
 # Programs for the HTTP API: complete but for their KEY; run against `agentstate serve`.
-SERVED = {("docs/guides/http-api.md", "import json"), ("docs/guides/agui.md", "import json")}
+SERVED = {
+    ("docs/guides/http-api.md", "import json"),
+    ("docs/guides/agui.md", "import json"),
+    ("docs/guides/a2a.md", "import asyncio"),
+    ("docs/guides/mcp.md", "import asyncio"),
+}
 
 
 @dataclass(frozen=True)

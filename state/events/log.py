@@ -35,7 +35,7 @@ from state.documents import codec
 from state.documents.codec import Document, require_object
 from state.errors import InvalidPayloadError
 from state.sessions.snapshot import NewEvent
-from state.storage.tables import events, inbox, sessions
+from state.storage.tables import events, sessions
 
 MESSAGE_ACCEPTED = "message_accepted"
 TURN_STARTED = "turn_started"
@@ -232,40 +232,6 @@ def read_generation(
     return page
 
 
-def head(conn: Connection, session_id: str) -> tuple[int, str] | None:
-    """The seq of the session's last event and its user (None: no such session): where a
-    follower of what happens next starts, whatever the log's length."""
-    row = conn.execute(
-        select(sessions.c.event_seq, sessions.c.user_id).where(sessions.c.session_id == session_id)
-    ).first()
-    return None if row is None else (int(row[0]), str(row[1]))
-
-
-def message_state(conn: Connection, session_id: str, message_id: str) -> str | None:
-    """Where a user message of the session is (an ``InboxState``; None: not the session's)."""
-    found = conn.execute(
-        select(inbox.c.state).where(
-            inbox.c.message_id == message_id, inbox.c.session_id == session_id
-        )
-    ).scalar()
-    return None if found is None else str(found)
-
-
-def idempotency_keys(conn: Connection, session_id: str, message_ids: list[str]) -> dict[str, str]:
-    """The idempotency key each of the session's ``message_ids`` was sent with (where one
-    was): a protocol keeps its caller's own message ids there."""
-    if not message_ids:
-        return {}
-    rows = conn.execute(
-        select(inbox.c.message_id, inbox.c.idempotency_key).where(
-            inbox.c.session_id == session_id,
-            inbox.c.message_id.in_(message_ids),
-            inbox.c.idempotency_key.is_not(None),
-        )
-    )
-    return {str(row[0]): str(row[1]) for row in rows}
-
-
 def as_document(row: Any) -> Document:
     """An events row as ``{seq, kind, revision, phase, at, data}``."""
     return {
@@ -276,3 +242,12 @@ def as_document(row: Any) -> Document:
         "at": iso(row.at),
         "data": codec.loads(row.data),
     }
+
+
+def last_seq(conn: Connection, session_id: str) -> int:
+    """The seq of the session's last event (0: none, or no such session): a follower that
+    only wants what comes next starts after it, whatever the log's length."""
+    row = conn.execute(
+        select(sessions.c.event_seq).where(sessions.c.session_id == session_id)
+    ).first()
+    return 0 if row is None else int(row[0])

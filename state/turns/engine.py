@@ -179,7 +179,8 @@ class TurnEngine:
                 held.outcome.revision = snap.revision
                 return None
             assert held.handle is not None
-            if not self.agents.is_quick(delivery.phase) or self._limit_outlasts_lease():
+            agent = self.agents.of(snap.doc)
+            if not agent.is_quick(delivery.phase) or self._limit_outlasts_lease():
                 self.services.sync.keep_renewed(held.handle)
             held.outcome.revision = snap.revision
             held.give_up = self._given_up(snap)
@@ -208,7 +209,7 @@ class TurnEngine:
             snap = result.snapshot
             followups.collect(draft, held.followups)
             phase = self.services.next_phase(snap, result.queued)
-            if phase is not None and not self._inline(phase):
+            if phase is not None and not self._inline(phase, snap):
                 held.followups.phase = (phase, snap.revision)
                 phase = None
         self._flush(held)
@@ -230,7 +231,7 @@ class TurnEngine:
         """Commit ``change`` with the commits held back before it, or hold it back too
         when the next phase is quick and runs here (:meth:`_may_stage`)."""
         sessions = self.services.sessions
-        if self._may_stage(phase, change):
+        if self._may_stage(phase, snap, change):
             staged = sessions.stage(snap, change)
             if staged is not None:
                 held.staged.append((phase, staged))
@@ -240,16 +241,16 @@ class TurnEngine:
         self._applied(held, phase)
         return result
 
-    def _may_stage(self, phase: Phase, change: SessionChange) -> bool:
+    def _may_stage(self, phase: Phase, snap: Snapshot, change: SessionChange) -> bool:
         # A quick phase's commit may travel with the next phase's when that one is quick
         # and runs here: nothing leaves this process in between (no side effect, no
         # broker hop), so the two checkpoints land together or not at all, and a lost
         # worker's turn resumes from the one before them, as it would a moment earlier.
         return (
-            self.agents.is_quick(phase)
+            self.agents.of(snap.doc).is_quick(phase)
             and not change.check_inbox
             and change.phase in WORK_PHASES
-            and self._inline(Phase(change.phase))
+            and self._inline(Phase(change.phase), snap)
         )
 
     def _flush(self, held: _Held) -> None:
@@ -314,8 +315,9 @@ class TurnEngine:
         expected = delivery.revision
         return snap.phase == delivery.phase and (expected is None or snap.revision == expected)
 
-    def _inline(self, phase: Phase) -> bool:
-        return self.services.inline and self.agents.is_quick(phase)
+    def _inline(self, phase: Phase, snap: Snapshot) -> bool:
+        # The session's own agent decides (a session's agent never changes).
+        return self.services.inline and self.agents.of(snap.doc).is_quick(phase)
 
     # -- building a phase's change ---------------------------------------------
 

@@ -190,12 +190,12 @@ class Registry:
     kinds: dict[str, str]
 
 
-_registries: dict[tuple[str, str], Registry] = {}
+_registries: dict[tuple[str, str, str], Registry] = {}
 
 
 def registry(settings: Settings) -> Registry:
     """The agents ``settings`` configure (imported and checked once per process)."""
-    key = (settings.agent, settings.agents)
+    key = (settings.agent, settings.agents, settings.langgraph_config)
     found = _registries.get(key)
     if found is None:
         kinds = {DEFAULT_AGENT: PHASES}

@@ -19,6 +19,7 @@ import anyio
 from fastapi import Depends, FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.routing import Route
 
 from config import Settings, get_settings
 from state.gauges import waiting
@@ -33,7 +34,9 @@ from tasks.server.gate import Gate
 from tasks.server.guards import BodyLimit, SecurityHeaders, TimeLimit
 from tasks.server.models import ErrorOut
 from tasks.server.protocols import langgraph as langgraph_protocol
+from tasks.server.protocols.a2a import routes as a2a_routes
 from tasks.server.protocols.agui import routes as agui_routes
+from tasks.server.protocols.mcp import door as mcp_door
 from tasks.server.queries import known_query_parameters
 from tasks.server.routes import (
     agents,
@@ -83,7 +86,8 @@ def create_app(settings: Settings | None = None, client: AsyncAgentClient | None
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.loop = asyncio.get_running_loop()
         app.state.draining = anyio.Event()
-        yield
+        async with mcp_door.running(app.state.mcp):
+            yield
         await app.state.client.aclose()
 
     app = FastAPI(
@@ -117,6 +121,11 @@ def create_app(settings: Settings | None = None, client: AsyncAgentClient | None
     app.mount(langgraph_protocol.PREFIX, langgraph_protocol.build_app(app))
     # The protocols' doors: the same keys as /v1 (their own documents describe them).
     app.include_router(agui_routes.router, dependencies=[KEY, QUERY])
+    app.include_router(a2a_routes.rpc_router, dependencies=[KEY, QUERY])
+    app.include_router(a2a_routes.card_router)  # agent cards are public
+    app.state.mcp = mcp_door.build(_version())
+    door = mcp_door.McpDoor(app.state.mcp, app.state.keys)
+    app.router.routes.append(Route(mcp_door.PATH, door, methods=["GET", "POST", "DELETE"]))
     _add_console(app)
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
     app.add_middleware(TimeLimit, seconds=settings.request_time_limit)

@@ -27,7 +27,9 @@ AGENTS = "shout=examples.shout_agent,second=tasks.agent"
 
 @pytest.fixture(scope="module")
 def registry_settings(pg_url: str) -> Settings:
-    return agent_test_settings(pg_url, agents=AGENTS)
+    # The inline hop policy: each session's own agent decides which phases run without a
+    # broker hop (the LangGraph tests run the default policy).
+    return agent_test_settings(pg_url, agents=AGENTS, hop_policy="inline")
 
 
 @pytest.fixture(scope="module")

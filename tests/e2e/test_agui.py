@@ -37,7 +37,7 @@ def worker_settings(pg_url: str) -> Settings:
         queue=uid("q"),
         stuck_after=30.0,
         retry_backoff=0.05,
-        agents="shout=examples.shout_agent",
+        agents="shout=examples.shout_agent,testing=tests.agents",
     )
 
 
@@ -195,6 +195,30 @@ def test_each_agent_of_the_deployment_has_its_door(api: Api, agent: AgentClient)
     refused = alice.post("/agui/default", json=run_input(thread, "and now?"))
     assert refused.status_code == 400 and "shout" in refused.json()["error"], refused.text
     assert _user_messages(agent, thread) == 1
+
+
+def test_a_run_cancelled_from_another_door_finishes_cancelled(api: Api) -> None:
+    alice, other = api.client("alice"), api.client("alice")
+    thread = uid("th")
+    found = []
+    body = run_input(thread, "trickle and stall")
+    with alice.stream("POST", "/agui/testing", json=body) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            event = EVENTS.validate_python(json.loads(line[5:]))
+            found.append(event)
+            deltas = sum(e.type == EventType.TEXT_MESSAGE_CONTENT for e in found)
+            if event.type == EventType.TEXT_MESSAGE_CONTENT and deltas == 2:
+                # The reply is being written: cancel the turn from /v1.
+                cancelled = other.post(f"/v1/sessions/{thread}/cancel")
+                assert cancelled.json() == {"cancelled": True}, cancelled.text
+    check_shape(found)
+    assert found[-1].outcome.type == "cancelled"
+    assert types(found).count("TEXT_MESSAGE_END") == 1
+    snapshot = next(e for e in found if e.type == EventType.MESSAGES_SNAPSHOT)
+    assert snapshot.messages[-1].content.startswith("Cancelled")
 
 
 def _user_messages(agent: AgentClient, thread: str) -> int:

@@ -29,9 +29,10 @@ PROJECT = Path(__file__).resolve().parents[1] / "data" / "langgraph_project"
 AGENTS = "echo=tests.graphs:echo,steps=tests.graphs:steps,approve=tests.graphs:approve"
 
 
-@pytest.fixture(scope="module")
-def lg_settings(pg_url: str) -> Settings:
+@pytest.fixture(scope="module", params=["every_phase", "inline"])
+def lg_settings(pg_url: str, request: pytest.FixtureRequest) -> Settings:
     # Short leases and a quick sweep: a killed worker's turn is taken up within seconds.
+    # Both hop policies: the guarantees must not depend on it.
     return agent_test_settings(
         pg_url,
         agents=AGENTS,
@@ -39,6 +40,7 @@ def lg_settings(pg_url: str) -> Settings:
         stuck_after=2.0,
         sweep_interval=1.0,
         lock_timeout=3.0,
+        hop_policy=request.param,
     )
 
 

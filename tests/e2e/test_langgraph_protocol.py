@@ -190,3 +190,54 @@ def test_fields_the_server_does_not_honour_are_refused_naming_them(
     assert refused.value.response.status_code == 422
     assert "webhook" in refused.value.response.json()["detail"]
     assert alice.threads.get(tid)["values"] == {"messages": []}  # nothing was sent
+
+
+def busy_thread(client: SyncLangGraphClient) -> tuple[str, str]:
+    """A thread whose run (the slow graph) is under way, and that run's id."""
+    tid = client.threads.create()["thread_id"]
+    slow = {"messages": [{"role": "user", "content": "linger a bit"}]}
+    run = client.runs.create(tid, "steps", input=slow)
+    deadline = time.monotonic() + 30
+    while client.threads.get(tid)["status"] != "busy" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return tid, run["run_id"]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "first"), [("enqueue", "success"), ("interrupt", "interrupted")]
+)
+def test_enqueue_waits_its_turn_and_interrupt_cancels_the_running_one(
+    alice: SyncLangGraphClient, strategy: str, first: str
+) -> None:
+    tid, run_id = busy_thread(alice)
+    after = alice.runs.wait(
+        tid, "steps", input={"messages": [{"role": "user", "content": "then this"}]},
+        multitask_strategy=strategy,
+    )  # fmt: skip
+    assert last(after)["content"] == "all steps done for then this"
+    assert alice.runs.get(tid, run_id)["status"] == first
+    assert [r["status"] for r in alice.runs.list(tid)] == ["success", first]
+
+
+def test_another_users_thread_cannot_be_run(api: Api, alice: SyncLangGraphClient) -> None:
+    tid = alice.threads.create()["thread_id"]
+    bob = sdk(api, "bob")
+    with pytest.raises(httpx.HTTPStatusError) as theirs:
+        bob.runs.wait(tid, "echo", input={"messages": [{"role": "user", "content": "x"}]})
+    assert theirs.value.response.status_code == 404
+    assert alice.threads.get(tid)["values"] == {"messages": []}
+
+
+def test_join_stream_follows_a_run_under_way_and_replays_a_finished_one(
+    alice: SyncLangGraphClient,
+) -> None:
+    tid, run_id = busy_thread(alice)
+    parts = list(alice.runs.join_stream(tid, run_id, stream_mode="values"))
+    assert parts[0].event == "metadata" and parts[0].data["run_id"] == run_id
+    assert last(parts[-1].data)["content"] == "all steps done for linger a bit"
+    again = list(alice.runs.join_stream(tid, run_id))
+    assert [p.event for p in again] == ["metadata", "values"]
+    assert again[-1].data == parts[-1].data
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        list(alice.runs.join_stream(tid, run_id, last_event_id="7"))
+    assert refused.value.response.status_code == 422

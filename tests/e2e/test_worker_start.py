@@ -75,6 +75,22 @@ def test_a_worker_whose_agent_cannot_be_imported_refuses_to_start(
     assert "AGENTSTATE_AGENT" in lines[0]
 
 
+def test_a_worker_whose_named_agent_cannot_be_imported_refuses_to_start(
+    pg_url: str, tmp_path: Path
+) -> None:
+    settings = make_settings(pg_url, queue=uid("q"), agents="helper=no_such_helper:graph")
+    proc = start_worker(settings, tmp_path, tmp_path / "worker.log")
+    try:
+        status = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = (tmp_path / "worker.log").read_text()
+    assert status == 2 and len(output.strip().splitlines()) == 1, output
+    assert "Traceback" not in output
+    assert "no_such_helper" in output and "AGENTSTATE_AGENTS" in output
+
+
 def test_a_bad_action_module_is_refused_the_same_way(pg_url: str, tmp_path: Path) -> None:
     settings = make_settings(pg_url, queue=uid("q"), action_modules="no_such_actions")
     proc = start_worker(settings, tmp_path, tmp_path / "worker.log")

@@ -20,6 +20,7 @@ from state.documents.codec import Document
 from state.events import log
 from state.events.stream import CHUNK_KIND
 from state.machine import TRANSITIONS, WORK_PHASES
+from state.sessions import turn_records
 from state.storage.db import read_connection
 from tasks.client.aio import AsyncAgentClient
 
@@ -94,7 +95,7 @@ TurnItem = (
 
 def _read_head(engine: Engine, session_id: str) -> tuple[int, str] | None:
     with read_connection(engine) as conn:
-        return log.head(conn, session_id)
+        return turn_records.head(conn, session_id)
 
 
 async def head(engine: Engine, session_id: str) -> tuple[int, str] | None:
@@ -104,7 +105,7 @@ async def head(engine: Engine, session_id: str) -> tuple[int, str] | None:
 
 def _read_message_state(engine: Engine, session_id: str, message_id: str) -> str | None:
     with read_connection(engine) as conn:
-        return log.message_state(conn, session_id, message_id)
+        return turn_records.message_state(conn, session_id, message_id)
 
 
 async def message_state(engine: Engine, session_id: str, message_id: str) -> str | None:
@@ -114,7 +115,7 @@ async def message_state(engine: Engine, session_id: str, message_id: str) -> str
 
 def _read_keys(engine: Engine, session_id: str, message_ids: list[str]) -> dict[str, str]:
     with read_connection(engine) as conn:
-        return log.idempotency_keys(conn, session_id, message_ids)
+        return turn_records.idempotency_keys(conn, session_id, message_ids)
 
 
 async def idempotency_keys(
@@ -223,11 +224,15 @@ async def watch(
     user_id: str | None,
     *,
     started: bool = False,
+    timeout: float | None = None,
 ) -> AsyncIterator[TurnItem]:
     """The turn of ``message_id``, from the session's events after ``after`` (``started``:
-    the turn is already running, as when its approval was just decided)."""
+    the turn is already running, as when its approval was just decided); without
+    :class:`Ended` when ``timeout`` seconds pass first."""
     turn = _Turn(message_id, started)
-    source = client.events(session_id, after=after, follow=True, user_id=user_id, tokens=True)
+    source = client.events(
+        session_id, after=after, follow=True, user_id=user_id, tokens=True, timeout=timeout
+    )
     try:
         async for event in source:
             for item in turn.take(event):

@@ -62,14 +62,20 @@ async def run_agent(
     user = acting_user(who, owner, forwarded.get("user_id"))
     after = found[0] if found is not None else 0
     state: str | None = InboxState.STARTED
-    if run.resume:
-        if found is None:
-            raise unknown_session(session_id)
-        message_id = await _resume(client, who, user, session_id, run, agent=agent)
-        started = True
-    else:
-        message_id, state = await _send(request, client, user, session_id, run, agent=agent)
-        started = state != InboxState.QUEUED
+    slots: StreamSlots = request.app.state.streams
+    release = slots.take()  # before anything is sent: a full house changes nothing
+    try:
+        if run.resume:
+            if found is None:
+                raise unknown_session(session_id)
+            message_id = await _resume(client, who, user, session_id, run, agent=agent)
+            started = True
+        else:
+            message_id, state = await _send(request, client, user, session_id, run, agent=agent)
+            started = state != InboxState.QUEUED
+    except BaseException:
+        release()
+        raise
     if not started or state == InboxState.STARTED:
         items = turns.watch(client, session_id, message_id, after, who.user_id, started=started)
     else:  # a retried request whose turn is over: the snapshots tell its outcome
@@ -86,8 +92,6 @@ async def run_agent(
         keys = await turns.idempotency_keys(engine, session_id, projection.user_message_ids(doc))
         return doc, projection.client_ids(keys)
 
-    slots: StreamSlots = request.app.state.streams
-    release = slots.take()
     return EventStream(
         _dumped(projection.run_events(run, message_id, items, session)),
         StreamLimits(heartbeat=settings.stream_heartbeat, lifetime=settings.stream_max_seconds),

@@ -4,6 +4,7 @@ the thread's session or resumed by a decision on its pending approval
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -51,6 +52,7 @@ class Started:
     def __init__(self, thread_id: str, run_id: str, assistant: str, user: str, **kw: Any):
         self.thread_id, self.run_id, self.assistant, self.user = thread_id, run_id, assistant, user
         self.approval_id: str | None = kw.get("approval_id")  # a resume: the decision's
+        self.after: int = kw.get("after", 0)  # the log's last seq before the run began
 
     @property
     def location(self) -> str:
@@ -77,10 +79,22 @@ async def start(request: Request, thread_id: str, payload: Document) -> Started:
     strategy = payload.get("multitask_strategy") or "reject"
     if strategy not in STRATEGIES:
         raise HTTPException(422, f"field 'multitask_strategy' must be one of {STRATEGIES}")
+    after = await _last_seq(request, thread_id)
     run_id = await client.send_message(
         thread_id, text, user_id=user, multitask_strategy=strategy, agent=str(agent["name"])
     )
-    return Started(thread_id, run_id, aid, user)
+    return Started(thread_id, run_id, aid, user, after=after)
+
+
+async def _last_seq(request: Request, thread_id: str) -> int:
+    """Where the run's events will start: a wait reads the run, not the whole log."""
+    engine = request.app.state.parent.state.backend.engine
+
+    def read() -> int:
+        with engine.connect() as conn:
+            return log.last_seq(conn, thread_id)
+
+    return await asyncio.to_thread(read)
 
 
 async def _resume(request: Request, session: Document | None, command: Any, aid: str) -> Started:
@@ -94,6 +108,7 @@ async def _resume(request: Request, session: Document | None, command: Any, aid:
     approval = pending[0]
     approve, note = _decision(command.get("resume"), str(approval["approval_id"]))
     caller = caller_of(request)
+    after = await _last_seq(request, str(session["session_id"]))
     await client_of(request).decide(
         str(approval["approval_id"]), approve, by=caller.user_id or "operator", note=note,
         user_id=caller.user_id,
@@ -101,9 +116,8 @@ async def _resume(request: Request, session: Document | None, command: Any, aid:
     runs = shapes.run_ids(session)
     run_id = runs[0] if runs else str(approval["approval_id"])
     user = str(session["user_id"])
-    return Started(
-        str(session["session_id"]), run_id, aid, user, approval_id=approval["approval_id"]
-    )
+    thread_id, approval_id = str(session["session_id"]), str(approval["approval_id"])
+    return Started(thread_id, run_id, aid, user, approval_id=approval_id, after=after)
 
 
 def _decision(value: Any, approval_id: str) -> tuple[bool, str | None]:
@@ -155,7 +169,12 @@ async def follow(request: Request, run: Started) -> AsyncIterator[tuple[str, Doc
     answered or asked for approval (``result`` the wait body)."""
     client, mine = client_of(request), run.approval_id is None
     async for event in client.events(
-        run.thread_id, follow=True, tokens=True, timeout=RUN_TIMEOUT_S, user_id=run.user
+        run.thread_id,
+        after=run.after,
+        follow=True,
+        tokens=True,
+        timeout=RUN_TIMEOUT_S,
+        user_id=run.user,
     ):
         kind, data = event["kind"], event.get("data") or {}
         if not mine:  # a new run: from its own message on; a resume: from its decision on
@@ -287,6 +306,44 @@ async def join_run(request: Request, thread_id: str, run_id: str) -> JSONRespons
         if kind == "done":
             return _located(data, run)
     raise AssertionError("follow always ends with done")
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}/stream")
+async def join_stream(request: Request, thread_id: str, run_id: str) -> StreamingResponse:
+    """Join a run's stream: a finished run's final values, or the rest of a run under way
+    (its chunks from the start of its turn). ``Last-Event-ID`` other than ``-1`` (replay
+    all) is refused: these frames carry no ids to resume from."""
+    query = request.query_params
+    # The SDK sends "stream_mode=" when it names none.
+    modes = [m for m in query.getlist("stream_mode") if m] or ["values"]
+    unknown = [m for m in modes if m not in STREAM_MODES]
+    if unknown:
+        raise HTTPException(422, f"stream_mode {unknown} not among {STREAM_MODES}")
+    if query.get("cancel_on_disconnect", "false").lower() not in ("false", "0", ""):
+        raise HTTPException(422, "cancel_on_disconnect is not supported by this server")
+    if request.headers.get("last-event-id", "-1") != "-1":
+        raise HTTPException(422, "Last-Event-ID: only -1 (replay all) is supported here")
+    session = await session_of(request, thread_id)
+    status = shapes.run_status(session, run_id)
+    if status is None:
+        raise HTTPException(404, "Run not found")
+    run = Started(str(session["session_id"]), run_id, "", str(session["user_id"]))
+    if status in ("success", "error", "interrupted"):
+        result = await _result(request, run, status == "error", {})
+        frames = _finished_frames(run, result, set(modes))
+    else:
+        run.approval_id = ""  # follow from the start of the log: the run is under way
+        frames = _frames(request, run, set(modes))
+    headers = {"Content-Location": run.location}
+    return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
+
+
+async def _finished_frames(run: Started, result: Document, modes: set[str]) -> AsyncIterator[bytes]:
+    yield _sse("metadata", {"run_id": run.run_id, "attempt": 1})
+    if "__error__" in result:
+        yield _sse("error", result["__error__"])
+    elif "values" in modes:
+        yield _sse("values", result)
 
 
 @router.post("/threads/{thread_id}/runs/{run_id}/cancel")
