@@ -14,6 +14,8 @@ AGENTSTATE_PHASE_TIME_LIMIT); "narrate" makes executing emit two events of its o
 phase). "risky" makes planning ask for approval of the action "risky" ("hasty": with a 1 s
 ``ttl_s``); once approved, executing counts each run in Redis (``risky_key``) and, in the
 user's state, ``risky_runs`` (with "linger", taking LINGER_S: a window for a SIGKILL).
+"hold" makes executing wait (at most HOLD_S) until the test sets ``release_key``: a turn
+surely running while a slow caller (a command's start) acts on it.
 "trickle" makes generating stream TRICKLE_CHUNKS chunks, TRICKLE_PAUSE_S apart, and reply
 with them joined ("fumble": then raise; "stall": pause STALL_S halfway, a window to cancel
 it). A session whose ``quiet_key`` is set in Redis streams nothing (the same turn without
@@ -44,6 +46,7 @@ HANG_S = 8.0
 TRICKLE_CHUNKS = 12
 TRICKLE_PAUSE_S = 0.15
 STALL_S = 2.0
+HOLD_S = 30.0
 
 
 def quiet_key(session_id: str) -> str:
@@ -54,6 +57,11 @@ def quiet_key(session_id: str) -> str:
 def vanish_key(session_id: str) -> str:
     """The Redis counter of runs of a session's "vanish" handler."""
     return f"test:vanish:{session_id}"
+
+
+def release_key(session_id: str) -> str:
+    """Set in Redis: a session's "hold" handler returns."""
+    return f"test:release:{session_id}"
 
 
 def risky_key(session_id: str) -> str:
@@ -98,7 +106,11 @@ def executing(ctx: PhaseContext) -> PhaseResult:
         if "linger" in ctx.message:
             time.sleep(LINGER_S)
         return PhaseResult("tools_complete", user_state=_count_risky_run)
-    if "dawdle" in ctx.message:
+    if "hold" in ctx.message:
+        deadline = time.monotonic() + HOLD_S
+        while time.monotonic() < deadline and not _redis().exists(release_key(ctx.session_id)):
+            time.sleep(0.02)
+    elif "dawdle" in ctx.message:
         time.sleep(DAWDLE_S)
     elif "linger" in ctx.message:
         time.sleep(LINGER_S)

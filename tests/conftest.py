@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from sqlalchemy import create_engine
 
 from config import Settings
 from state.storage.backend import reset_backends
@@ -19,8 +20,10 @@ from tests import scheduling
 from tests.services import PrivateRedis
 from tests.support import (
     BROKER_URL,
+    PG_SERVER,
     PG_URL,
     REDIS_URL,
+    TEMPLATE_DB,
     TEST_DB,
     XDIST_WORKER,
     Workers,
@@ -81,11 +84,22 @@ def redis_client(redis_url: str) -> redis.Redis:
 
 
 @pytest.fixture(scope="session")
-def pg_url(redis_url: str) -> Iterator[str]:
+def pg_template() -> Iterator[str]:
+    """A database at the current schema that nobody connects to, for CREATE DATABASE to
+    copy (tests.support.TEMPLATE_DB)."""
     if not postgres_ok():
         unavailable("PostgreSQL at 127.0.0.1:5432")
-    recreate_database(TEST_DB)
-    upgrade_schema(get_engine(PG_URL))
+    recreate_database(TEMPLATE_DB)
+    engine = create_engine(f"{PG_SERVER}/{TEMPLATE_DB}")
+    upgrade_schema(engine)
+    engine.dispose()  # a template with a connection open cannot be copied
+    yield TEMPLATE_DB
+    drop_database(TEMPLATE_DB)
+
+
+@pytest.fixture(scope="session")
+def pg_url(redis_url: str, pg_template: str) -> Iterator[str]:
+    recreate_database(TEST_DB, template=pg_template)
     yield PG_URL
     dispose_engines()
     drop_database(TEST_DB)

@@ -42,6 +42,10 @@ PG_SERVER = normalise_database_url(
     os.environ.get("AGENTSTATE_TEST_PG_SERVER", "postgresql+psycopg2://postgres@127.0.0.1:5432")
 )
 PG_URL = f"{PG_SERVER}/{TEST_DB}"
+# Migrated once per test process (the pg_template fixture); the test database and the
+# modules' own databases are copies of it (CREATE DATABASE ... TEMPLATE: 0.2 s, where
+# running the migrations takes 3 s).
+TEMPLATE_DB = f"{TEST_DB}_template"
 REDIS_URL = per_worker_redis(
     os.environ.get("AGENTSTATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 )
@@ -76,11 +80,14 @@ def postgres_ok() -> bool:
         return False
 
 
-def recreate_database(name: str) -> None:
+def recreate_database(name: str, template: str | None = None) -> None:
+    """An empty database ``name``, or a copy of ``template`` (which nobody may be
+    connected to: see :data:`TEMPLATE_DB`)."""
+    copy = f' TEMPLATE "{template}"' if template else ""
     engine = create_engine(f"{PG_SERVER}/postgres", isolation_level="AUTOCOMMIT")
     with engine.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
+        conn.execute(text(f'CREATE DATABASE "{name}"{copy}'))
     engine.dispose()
 
 

@@ -172,7 +172,8 @@ def test_writes_to_another_users_objects_answer_404_and_change_nothing(
     approval = wait_for(lambda: alice.get("/v1/approvals").json() or None, what="approval")[0]
     started = alice.post(
         "/v1/workflows",
-        json={"steps": [{"step_id": "a", "action": "sleep", "inputs": {"seconds": 30}}]},
+        # A durable timer keeps it running without holding a worker (a sleep would).
+        json={"steps": [{"step_id": "a", "action": "echo", "not_before_s": 3600}]},
     )
     workflow_id = started.json()["workflow_id"]
     error(bob.post(f"/v1/sessions/{session_id}/cancel"), 404, "not_found")
@@ -261,7 +262,8 @@ def test_workflows_start_read_cancel_and_retry(api: Api) -> None:
         "workflow_id": uid("wf"),
         "steps": [
             {"step_id": "a", "action": "calculate", "inputs": {"expression": "2+3"}},
-            {"step_id": "b", "action": "sleep", "inputs": {"seconds": 60}, "dependencies": ["a"]},
+            # Waits on a durable timer: running, without holding a worker.
+            {"step_id": "b", "action": "echo", "not_before_s": 3600, "dependencies": ["a"]},
         ],
     }
     started = alice.post("/v1/workflows", json=spec)

@@ -22,7 +22,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from config import Settings
 from state.dispatch import RecordingDispatcher
 from state.storage.backend import Backend
-from state.storage.db import upgrade_schema
 from state.turns.services import TurnServices
 from tasks.actions import known_actions
 from tasks.app import make_app
@@ -89,14 +88,13 @@ def receiver() -> Iterator[OtlpReceiver]:
 
 
 @pytest.fixture(scope="module")
-def obs_db() -> Iterator[str]:
+def obs_db(pg_template: str) -> Iterator[str]:
     """A database of the module's own: the sweep its test runs recovers the whole
     database, so work other tests left behind would add to the counts."""
     name = f"{TEST_DB}_observability"
-    recreate_database(name)
+    recreate_database(name, template=pg_template)
     url = f"{PG_SERVER}/{name}"
     engine = Backend.build(make_settings(url)).engine
-    upgrade_schema(engine)
     yield url
     engine.dispose()
     drop_database(name)

@@ -24,6 +24,7 @@ from state.errors import (
 from tasks.app import make_app
 from tasks.client import AgentClient
 from tests.actions_for_tests import effects_key
+from tests.agents import release_key
 from tests.support import Workers, agent_test_settings, uid
 
 pytestmark = pytest.mark.workers
@@ -345,9 +346,11 @@ def test_the_cli_cancels_retries_and_lists(
     from tests.e2e.test_cli import assert_one_line_error, run
 
     session_id, user = uid("s"), uid("u")
-    client.send_message(session_id, "linger, what is 1+1?", user_id=user)
+    # Held until released: the command's start (seconds on a busy machine) cannot outlast it.
+    client.send_message(session_id, "hold, what is 1+1?", user_id=user)
     wait_until(lambda: client.get_session(session_id)["phase"] == "executing")  # type: ignore[index]
     cancelled = run(control_settings, "session", "cancel", session_id, "--json")
+    effects.set(release_key(session_id), 1)
     assert cancelled.returncode == 0 and '"cancelled": true' in cancelled.stdout
     again = run(control_settings, "session", "cancel", session_id)
     assert again.returncode == 0 and "no turn was running" in again.stdout

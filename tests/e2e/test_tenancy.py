@@ -241,7 +241,8 @@ def test_the_cli_acts_as_the_user_given_with_user(
     alice, mallory = uid("alice"), uid("mallory")
     session_id, approval = ask(client, "risky on the command line", alice)
     approval_id = str(approval["approval_id"])
-    spec = {"steps": [{"step_id": "a", "action": "sleep", "inputs": {"seconds": 30}}]}
+    # A durable timer keeps it running without holding a worker (a sleeping step would).
+    spec = {"steps": [{"step_id": "a", "action": "echo", "not_before_s": 3600}]}
     workflow_id = client.start_workflow(spec, user_id=alice)
     for args, words in (
         (("approval", "approve", approval_id, "--by", "m"), "unknown approval"),

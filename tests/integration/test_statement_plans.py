@@ -19,7 +19,6 @@ from state.recovery import queries
 from state.sessions import inbox_postgres, store_postgres
 from state.storage import prepared
 from state.storage.backend import Backend
-from state.storage.db import upgrade_schema
 from state.storage.tables import inbox, sessions
 from tests.support import PG_SERVER, TEST_DB, drop_database, make_settings, recreate_database
 
@@ -31,15 +30,14 @@ ANSWERED_EACH = 15
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["stale-statistics", "analyzed"])
-def crowded_db(pg_url: str, request: pytest.FixtureRequest) -> Iterator[Engine]:
+def crowded_db(pg_url: str, pg_template: str, request: pytest.FixtureRequest) -> Iterator[Engine]:
     """A database of its own where one user has many sessions in one phase, one session
     many answered messages and the others a few each, none queued, all committed: the
     plans depend on nothing earlier tests left behind. Analyzed, or never (autovacuum off,
     so the statistics stay the empty tables')."""
     name = f"{TEST_DB}_plans"
-    recreate_database(name)
+    recreate_database(name, template=pg_template)
     engine = Backend.build(make_settings(f"{PG_SERVER}/{name}")).engine
-    upgrade_schema(engine)
     with engine.begin() as conn:
         for table in ("sessions", "inbox"):
             conn.exec_driver_sql(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
