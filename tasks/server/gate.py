@@ -20,6 +20,7 @@ import time
 from collections import OrderedDict, deque
 from urllib.parse import urlsplit
 
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from state.errors import UnauthorizedError
@@ -29,7 +30,11 @@ from tasks.server.errors import error_response
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # The routes that need a key (the console's files, health and the OpenAPI document do not).
-KEYED_PREFIXES = ("/v1/",)
+KEYED_PREFIXES = ("/v1/", "/lg/", "/agui/", "/a2a/", "/mcp")
+# A2A agent cards are public (the protocol asks that a caller can read one without a key).
+PUBLIC_SUFFIXES = ("/.well-known/agent-card.json",)
+# LangGraph's clients read errors as {"detail": ...}.
+DETAIL_PREFIXES = ("/lg/",)
 WINDOW_S = 60.0
 _ADDRESSES_KEPT = 10_000  # addresses remembered at once (the oldest is forgotten first)
 
@@ -134,7 +139,8 @@ class Gate:
         return None
 
     def _keyed(self, scope: Scope, headers: dict[str, bytes]) -> ASGIApp | None:
-        if not str(scope["path"]).startswith(KEYED_PREFIXES):
+        path = str(scope["path"])
+        if not path.startswith(KEYED_PREFIXES) or path.endswith(PUBLIC_SUFFIXES):
             return None
         address = (scope.get("client") or ("", 0))[0] or ""
         now = time.monotonic()
@@ -154,6 +160,10 @@ class Gate:
         except UnauthorizedError as exc:
             if presented is not None:  # a wrong key is a guess; no key at all is not
                 self.bad_keys.failed(address, now)
+            if path.startswith(DETAIL_PREFIXES):
+                return JSONResponse(
+                    {"detail": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
+                )
             return error_response(401, "unauthorized", str(exc))
         return None
 
