@@ -33,14 +33,14 @@ def test_workers_alone_answer_a_lost_enqueue_and_fire_schedules(
         while time.monotonic() < deadline:
             answered = client.get_session(lost, user_id=user)
             ticked = client.get_session(ticking, user_id=user)
-            if answered and answered["messages"] and ticked and ticked["messages"]:
+            if answered and answered["message_history"] and ticked and ticked["message_history"]:
                 break
             time.sleep(0.5)
         answered = client.get_session(lost, user_id=user)
         assert answered is not None
-        assert answered["messages"][0]["content"] == "what is 6*7?"
-        assert answered["messages"][-1]["role"] == "assistant"
+        assert answered["message_history"][0]["content"] == "what is 6*7?"
+        assert answered["message_history"][-1]["role"] == "assistant"
         ticked = client.get_session(ticking, user_id=user)
-        assert ticked is not None and ticked["messages"][0]["content"] == "hi"
+        assert ticked is not None and ticked["message_history"][0]["content"] == "hi"
     finally:
         pool.stop()
