@@ -50,6 +50,12 @@ from tasks.dispatch.dispatcher import CeleryDispatcher
 from tasks.observability import metrics, tracing
 
 logger = logging.getLogger(__name__)
+# What a lost enqueue means to whoever reads the log: the message is stored, and the
+# recovery sweep (the workers send it, or beat) re-sends it.
+ENQUEUE_FAILED = (
+    "enqueue failed (%s); the message is stored and the workers' recovery sweep re-sends it "
+    "within AGENTSTATE_STUCK_AFTER + AGENTSTATE_SWEEP_INTERVAL of the broker's return"
+)
 
 
 class AgentClient(ApprovalControl, Timeline, Lifecycle, Automation):
@@ -195,7 +201,7 @@ class AgentClient(ApprovalControl, Timeline, Lifecycle, Automation):
             self.dispatcher.phase(Phase.UNDERSTANDING, session_id, revision)
         except BrokerError as exc:
             # The message is durable; the recovery sweep will start its turn.
-            logger.warning("enqueue failed, the sweep will retry: %s", redact_url(str(exc)))
+            logger.warning(ENQUEUE_FAILED, redact_url(str(exc)))
 
     def get_session(
         self,
@@ -265,7 +271,7 @@ class AgentClient(ApprovalControl, Timeline, Lifecycle, Automation):
             return self.workflows.start(wf, user_id)
         except BrokerError as exc:
             # The workflow is stored; the recovery sweep dispatches its ready steps.
-            logger.warning("enqueue failed, the sweep will retry: %s", redact_url(str(exc)))
+            logger.warning(ENQUEUE_FAILED, redact_url(str(exc)))
             return wf.workflow_id
 
     def get_workflow(self, workflow_id: str, user_id: str | None = None) -> Document | None:

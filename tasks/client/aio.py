@@ -47,7 +47,7 @@ from state.turns.double_texting import MultitaskStrategy
 from tasks.agents.registry import checked_agent, list_agents
 from tasks.app import app as default_app
 from tasks.app import make_app
-from tasks.client.agent import AgentClient
+from tasks.client.agent import ENQUEUE_FAILED, AgentClient
 from tasks.client.aio_automation import AsyncAutomation
 from tasks.client.aio_connections import Connections
 from tasks.client.aio_follow import Follower, tolerant
@@ -194,7 +194,7 @@ class AsyncAgentClient(AsyncAutomation):
             else:
                 await broker.lpush(*found)
         except Exception as exc:  # the message is durable; the recovery sweep kicks it
-            logger.warning("enqueue failed, the sweep will retry: %s", redact_url(str(exc)))
+            logger.warning(ENQUEUE_FAILED, redact_url(str(exc)))
 
     async def _push(self, channel: str) -> None:
         if not self.settings.events:
