@@ -30,11 +30,10 @@ typecheck: install
 unit: install
 	$(BIN)/pytest -q tests/unit
 
-# TEST_PROCESSES=2 runs two test processes (pytest-xdist), each a whole module at a time,
-# each on a database, Redis indexes and a RabbitMQ vhost of its own (tests/support.py):
-# 14-15 min instead of ~25. CI runs one until two pass reliably on its 2 cores (a run of
-# two met a RabbitMQ connection reset at worker start and a quick step run twice).
-TEST_PROCESSES ?= 1
+# Two test processes (pytest-xdist; TEST_PROCESSES=1 for one), each a whole module at a
+# time, the slowest modules first (tests/scheduling.py), each on a database, Redis indexes
+# and a RabbitMQ vhost of its own (tests/support.py).
+TEST_PROCESSES ?= 2
 
 test: install services lint typecheck docs
 	$(BIN)/pytest -q $(if $(filter-out 1,$(TEST_PROCESSES)),-n $(TEST_PROCESSES) --dist loadfile)
