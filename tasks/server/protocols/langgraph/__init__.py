@@ -7,7 +7,8 @@ sessions, runs are turns, interrupts are approvals (``shapes``).
 Served: ``GET /ok``, ``GET /info``; assistants (search, get); threads (create with
 ``if_exists``, get, delete, search, state, ``update_state``, history); runs (create, wait,
 stream, get, list, join, join_stream resumable with ``Last-Event-ID``, cancel with
-``action=interrupt|rollback``). A request field the server does not honour answers 422
+``action=interrupt|rollback``); crons (create, create for a thread, search, delete: the
+key's user's schedules). A request field the server does not honour answers 422
 naming it.
 """
 
@@ -28,7 +29,7 @@ from state.errors import (
     UnauthorizedError,
 )
 from tasks.server.auth import Caller, KeyTable
-from tasks.server.protocols.langgraph import runs, streams, threads
+from tasks.server.protocols.langgraph import crons, runs, streams, threads
 
 PREFIX = "/lg"
 VERSION = "0.4"  # the Agent Server API this serves
@@ -99,11 +100,12 @@ def build_app(parent: FastAPI) -> FastAPI:
         return {
             "version": VERSION,
             "langgraph_py_version": None,
-            "flags": {"assistants": True, "crons": False, "langsmith": False},
+            "flags": {"assistants": True, "crons": True, "langsmith": False},
             "host": {"kind": "agentstate"},
         }
 
     app.include_router(threads.router)
     app.include_router(runs.router)
     app.include_router(streams.router)
+    app.include_router(crons.router)
     return app
