@@ -34,6 +34,7 @@ from enum import StrEnum
 
 from sqlalchemy import Connection, delete, select, update
 
+from state.agent_set import AGENT_KEY
 from state.clock import as_utc
 from state.documents import codec
 from state.documents.codec import Document
@@ -46,7 +47,8 @@ from state.migrate import StateMigrator
 from state.sessions import inbox as inbox_rows
 from state.sessions.rows import insert_session
 from state.sessions.snapshot import InboxItem, InboxState, Snapshot, TransactionOp
-from state.storage.tables import events, inbox, messages, sessions
+from state.storage.tables import Base, events, inbox, messages, sessions
+from state.storage.tables_checkpoints import CheckpointRow, CheckpointWriteRow
 from state.turns import rules
 from state.turns.draft import Draft
 from state.turns.services import TurnServices
@@ -167,8 +169,13 @@ class DoubleTexting:
         roll_back = strategy == MultitaskStrategy.ROLLBACK
         if running and roll_back:
             before, phase, first_seq = _before_turn(conn, snap)
+            message_id = (snap.doc.get("context_window") or {}).get("message_id")
             rules.roll_back_turn(draft, before, phase)
+            if AGENT_KEY in snap.doc:  # a session keeps its agent (set by its first message)
+                draft.doc[AGENT_KEY] = snap.doc[AGENT_KEY]
             draft.ops.append(_forget_history(snap.session_id, first_seq))
+            if message_id:
+                draft.ops.append(_forget_checkpoints(snap.session_id, str(message_id)))
         elif running:
             rules.cancel_turn(draft)
         rules.supersede_waiting(draft, waiting, roll_back=roll_back)
@@ -228,6 +235,32 @@ def _forget_history(session_id: str, first_seq: int) -> TransactionOp:
         detach_forks(conn, session_id, first_seq)
         conn.execute(
             delete(messages).where(messages.c.session_id == session_id, messages.c.seq >= first_seq)
+        )
+
+    return forget
+
+
+def _forget_checkpoints(session_id: str, message_id: str) -> TransactionOp:
+    """The checkpoints a LangGraph graph wrote during the turn (and their pending writes)
+    go too: its next run starts from the checkpoint before the rolled-back turn."""
+    tables = Base.metadata.tables
+    lg_checkpoints = tables[CheckpointRow.__tablename__]
+    lg_writes = tables[CheckpointWriteRow.__tablename__]
+
+    def forget(conn: Connection) -> None:
+        written = select(lg_checkpoints.c.checkpoint_id).where(
+            lg_checkpoints.c.session_id == session_id, lg_checkpoints.c.message_id == message_id
+        )
+        conn.execute(
+            delete(lg_writes).where(
+                lg_writes.c.session_id == session_id, lg_writes.c.checkpoint_id.in_(written)
+            )
+        )
+        conn.execute(
+            delete(lg_checkpoints).where(
+                lg_checkpoints.c.session_id == session_id,
+                lg_checkpoints.c.message_id == message_id,
+            )
         )
 
     return forget

@@ -371,9 +371,22 @@ class AsyncAgentClient(AsyncAutomation):
 
     # -- run control, approvals, time travel (in a thread: see the module docstring) -
 
-    async def cancel_turn(self, session_id: str, user_id: str | None = None) -> bool:
+    async def cancel_turn(
+        self, session_id: str, user_id: str | None = None, rollback: bool = False
+    ) -> bool:
         """``AgentClient.cancel_turn``."""
-        return bool(await self._in_thread("cancel_turn", session_id, user_id=user_id))
+        return bool(
+            await self._in_thread("cancel_turn", session_id, user_id=user_id, rollback=rollback)
+        )
+
+    async def append_messages(
+        self, session_id: str, messages: list[Document], user_id: str | None = None
+    ) -> int:
+        """``AgentClient.append_messages``."""
+        revision: int = await self._in_thread(
+            "append_messages", session_id, messages, user_id=user_id
+        )
+        return revision
 
     async def cancel_workflow(self, workflow_id: str, user_id: str | None = None) -> Document:
         """``AgentClient.cancel_workflow``."""

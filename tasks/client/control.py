@@ -20,6 +20,7 @@ from state.storage.backend import Backend
 from state.turns.double_texting import MultitaskStrategy, parse_strategy
 from state.turns.interventions import TurnInterventions
 from state.turns.services import TurnServices
+from state.turns.thread_edits import ThreadEdits
 from state.workflow import WorkflowStatus
 from state.workflows.engine import WorkflowEngine
 from state.workflows.listing import list_workflows
@@ -67,18 +68,49 @@ class RunControl:
     def _interventions(self) -> TurnInterventions:
         return TurnInterventions(TurnServices.build(self.backend, self.dispatcher, known_actions))
 
-    def cancel_turn(self, session_id: str, user_id: str | None = None) -> bool:
+    def cancel_turn(
+        self, session_id: str, user_id: str | None = None, rollback: bool = False
+    ) -> bool:
         """End the session's running turn now.
 
         The session rests again (``idle``) with one assistant message whose
         ``metadata.kind`` is ``"cancelled"``; a handler still running has its result
         refused; a workflow the turn waits on is cancelled too; messages queued after it
-        still run. Returns False when no turn was running. With ``user_id``, another
-        user's session raises NotFoundError, as an unknown id does, and is not touched.
+        still run. With ``rollback=True`` the turn is removed instead, as the
+        double-texting ``rollback`` removes it: its message leaves the history and the
+        session's document is as it was when the turn started. Returns False when no
+        turn was running. With ``user_id``, another user's session raises NotFoundError,
+        as an unknown id does, and is not touched.
         """
         validate_id(session_id, "session")
         _check_user(user_id)
+        if rollback:
+            return ThreadEdits(self._interventions.services).roll_back_turn(session_id, user_id)
         return self._interventions.cancel_turn(session_id, user_id)
+
+    def append_messages(
+        self, session_id: str, messages: list[Document], user_id: str | None = None
+    ) -> int:
+        """Append ``messages`` (``{"role": "user"|"assistant", "content": text,
+        "metadata"?: {...}}``) to a resting session's history as one new revision, and
+        return that revision. SessionBusyError if a turn runs or messages wait (nothing
+        is stored); InvalidPayloadError for a malformed message; with ``user_id``,
+        another user's session raises NotFoundError."""
+        validate_id(session_id, "session")
+        _check_user(user_id)
+        if not isinstance(messages, list) or not messages:
+            raise InvalidPayloadError("messages must be a non-empty list")
+        items: list[tuple[str, str, Document]] = []
+        for message in messages:
+            if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+                raise InvalidPayloadError("each message needs a role of 'user' or 'assistant'")
+            content = message.get("content")
+            require_text(content, "message", self.settings.max_message_bytes)
+            metadata = message.get("metadata") or {}
+            if not isinstance(metadata, dict):
+                raise InvalidPayloadError("a message's metadata must be an object")
+            items.append((str(message["role"]), str(content), metadata))
+        return ThreadEdits(self._interventions.services).append_messages(session_id, items, user_id)
 
     def cancel_workflow(self, workflow_id: str, user_id: str | None = None) -> Document:
         """Cancel a running workflow: its status becomes ``cancelled``, every step not yet

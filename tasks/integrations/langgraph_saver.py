@@ -33,7 +33,9 @@ from sqlalchemy import Engine, Table, and_, delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from state.storage.tables import Base
+from state.errors import StaleStateError
+from state.sessions.snapshot import InboxState
+from state.storage.tables import Base, inbox
 from state.storage.tables_checkpoints import CheckpointRow, CheckpointWriteRow
 
 checkpoints: Table = Base.metadata.tables[CheckpointRow.__tablename__]
@@ -172,6 +174,7 @@ class AgentstateSaver(BaseCheckpointSaver[int]):
             "created_at": datetime.now(UTC),
         }
         with self.engine.begin() as conn:
+            self._check_turn(conn)
             statement = _insert(conn, checkpoints).values(**values)
             conn.execute(
                 statement.on_conflict_do_update(
@@ -180,6 +183,19 @@ class AgentstateSaver(BaseCheckpointSaver[int]):
                 )
             )
         return _config(session_id, ns, checkpoint["id"])
+
+    def _check_turn(self, conn: Any) -> None:
+        """A turn rolled back (``cancel(action="rollback")``, the rollback double text)
+        had its checkpoints removed: its graph, still running, must not write more, or
+        the next turn would start from them. The inbox row is locked so a rollback
+        committing now waits for this checkpoint and removes it too."""
+        if self.message_id is None:
+            return
+        found = conn.execute(
+            select(inbox.c.state).where(inbox.c.message_id == self.message_id).with_for_update()
+        ).first()
+        if found is not None and found.state == InboxState.ROLLED_BACK:
+            raise StaleStateError(f"turn {self.message_id} was rolled back: its graph stops")
 
     def put_writes(
         self,

@@ -239,5 +239,5 @@ def test_join_stream_follows_a_run_under_way_and_replays_a_finished_one(
     assert [p.event for p in again] == ["metadata", "values"]
     assert again[-1].data == parts[-1].data
     with pytest.raises(httpx.HTTPStatusError) as refused:
-        list(alice.runs.join_stream(tid, run_id, last_event_id="7"))
+        list(alice.runs.join_stream(tid, run_id, last_event_id="seven"))
     assert refused.value.response.status_code == 422

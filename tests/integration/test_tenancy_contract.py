@@ -102,6 +102,10 @@ def test_another_users_writes_are_unknown_ids_and_change_nothing(client: AgentCl
     before = rows(client, [session_id], [workflow_id])
     attempts: list[Callable[[], object]] = [
         lambda: client.cancel_turn(session_id, user_id=bob),
+        lambda: client.cancel_turn(session_id, user_id=bob, rollback=True),
+        lambda: client.append_messages(
+            session_id, [{"role": "user", "content": "mine"}], user_id=bob
+        ),
         lambda: client.cancel_workflow(workflow_id, user_id=bob),
         lambda: client.retry_workflow(workflow_id, user_id=bob),
         lambda: client.decide(approval_id, True, by=bob, user_id=bob),

@@ -5,9 +5,11 @@ same AGENTSTATE_API_KEYS). A projection over the client and the event log: threa
 sessions, runs are turns, interrupts are approvals (``shapes``).
 
 Served: ``GET /ok``, ``GET /info``; assistants (search, get); threads (create with
-``if_exists``, get, delete, search, state, history); runs (create, wait, stream, get,
-list, join, cancel with ``action=interrupt``). A request field the server does not honour
-answers 422 naming it.
+``if_exists``, get, delete, search, state, ``update_state``, history); runs (create, wait,
+stream, get, list, join, join_stream resumable with ``Last-Event-ID``, cancel with
+``action=interrupt|rollback``); crons (create, create for a thread, search, delete: the
+key's user's schedules). A request field the server does not honour answers 422
+naming it.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from state.errors import (
     UnauthorizedError,
 )
 from tasks.server.auth import Caller, KeyTable
-from tasks.server.protocols.langgraph import runs, threads
+from tasks.server.protocols.langgraph import crons, runs, streams, threads
 
 PREFIX = "/lg"
 VERSION = "0.4"  # the Agent Server API this serves
@@ -98,10 +100,12 @@ def build_app(parent: FastAPI) -> FastAPI:
         return {
             "version": VERSION,
             "langgraph_py_version": None,
-            "flags": {"assistants": True, "crons": False, "langsmith": False},
+            "flags": {"assistants": True, "crons": True, "langsmith": False},
             "host": {"kind": "agentstate"},
         }
 
     app.include_router(threads.router)
     app.include_router(runs.router)
+    app.include_router(streams.router)
+    app.include_router(crons.router)
     return app

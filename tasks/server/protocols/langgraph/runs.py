@@ -5,12 +5,10 @@ the thread's session or resumed by a decision on its pending approval
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from state.documents.codec import Document
 from state.events import log
@@ -26,11 +24,10 @@ from tasks.server.protocols.langgraph.common import (
     session_of,
     thread_id_of,
 )
+from tasks.server.protocols.langgraph.following import Started, follow, result
 
 router = APIRouter()
-RUN_TIMEOUT_S = 600.0  # the longest a wait, a stream or a join follows one run
 STRATEGIES = ("reject", "interrupt", "rollback", "enqueue")
-STREAM_MODES = ("values", "updates", "messages-tuple", "messages", "custom", "events")
 RUN_FIELDS: dict[str, Any] = {
     "assistant_id": ANY,
     "input": ANY,
@@ -41,27 +38,16 @@ RUN_FIELDS: dict[str, Any] = {
     "config": {},
     "context": {},
     "stream_subgraphs": False,
-    "stream_resumable": False,
+    "stream_resumable": ANY,  # every stream is: its frames carry the event log's ids
     "durability": ANY,  # every step is checkpointed whatever is asked ("sync")
 }
-
-
-class Started:
-    """A run begun (or resumed) on a thread: whose, and where its events start."""
-
-    def __init__(self, thread_id: str, run_id: str, assistant: str, user: str, **kw: Any):
-        self.thread_id, self.run_id, self.assistant, self.user = thread_id, run_id, assistant, user
-        self.approval_id: str | None = kw.get("approval_id")  # a resume: the decision's
-        self.after: int = kw.get("after", 0)  # the log's last seq before the run began
-
-    @property
-    def location(self) -> str:
-        return f"/threads/{self.thread_id}/runs/{self.run_id}"
 
 
 async def start(request: Request, thread_id: str, payload: Document) -> Started:
     """Send the run's message (or decide its interrupt); 404 for an unknown thread."""
     thread_id = thread_id_of(thread_id)
+    if payload.get("stream_resumable") not in (None, True, False):
+        raise HTTPException(422, "field 'stream_resumable' must be a boolean")
     assistant = payload.get("assistant_id")
     if not isinstance(assistant, str):
         raise HTTPException(422, "field 'assistant_id' is required")
@@ -75,7 +61,7 @@ async def start(request: Request, thread_id: str, payload: Document) -> Started:
     command = payload.get("command")
     if command is not None:
         return await _resume(request, session, command, aid)
-    text = _input_text(payload.get("input"))
+    text = input_text(payload.get("input"))
     strategy = payload.get("multitask_strategy") or "reject"
     if strategy not in STRATEGIES:
         raise HTTPException(422, f"field 'multitask_strategy' must be one of {STRATEGIES}")
@@ -143,7 +129,7 @@ def _decision(value: Any, approval_id: str) -> tuple[bool, str | None]:
     )  # fmt: skip
 
 
-def _input_text(value: Any) -> str:
+def input_text(value: Any) -> str:
     """The run's message: the last human (``role: user``) message of ``input.messages``."""
     messages = value.get("messages") if isinstance(value, dict) else None
     if not isinstance(messages, list) or set(value) - {"messages"}:
@@ -164,49 +150,6 @@ def _text(content: Any) -> str:
     raise HTTPException(422, "a message's 'content' must be text or a list of text parts")
 
 
-async def follow(request: Request, run: Started) -> AsyncIterator[tuple[str, Document]]:
-    """The run's events as ``(kind, data)``, ending with ``("done", result)`` once its turn
-    answered or asked for approval (``result`` the wait body)."""
-    client, mine = client_of(request), run.approval_id is None
-    async for event in client.events(
-        run.thread_id,
-        after=run.after,
-        follow=True,
-        tokens=True,
-        timeout=RUN_TIMEOUT_S,
-        user_id=run.user,
-    ):
-        kind, data = event["kind"], event.get("data") or {}
-        if not mine:  # a new run: from its own message on; a resume: from its decision on
-            mine = (kind == log.MESSAGE_ACCEPTED and data.get("message_id") == run.run_id) or (
-                kind == log.APPROVAL_DECIDED and data.get("approval_id") == run.approval_id
-            )
-            continue
-        if kind == "token" and data.get("message_id") == run.run_id:
-            yield "token", data
-        elif kind == log.REPLY and data.get("message_id") == run.run_id:
-            yield "done", await _result(request, run, data.get("kind") == "apology", data)
-            return
-        elif kind == log.APPROVAL_REQUESTED and data.get("approval_id") != run.approval_id:
-            yield "done", await _result(request, run, False, data)
-            return
-        elif kind not in (log.PHASE_COMMITTED, "token"):
-            yield kind, data
-    yield "done", {"__error__": {"error": "TimeoutError", "message": "the run did not end"}}
-
-
-async def _result(request: Request, run: Started, failed: bool, data: Document) -> Document:
-    session = await session_of(request, run.thread_id)
-    result = shapes.values(session)
-    if failed:
-        return {**result, "__error__": {"error": "RunError", "message": data.get("text")}}
-    pending = await pending_of(request, session)
-    if pending:
-        kind = "langgraph" if set(pending[0].get("args") or {}) == {"value"} else "phases"
-        result["__interrupt__"] = shapes.interrupts(pending, {"graph": kind})
-    return result
-
-
 def _located(content: Any, run: Started, status: int = 200) -> JSONResponse:
     headers = {"Content-Location": run.location, "Location": run.location}
     return JSONResponse(content, status_code=status, headers=headers)
@@ -223,52 +166,10 @@ async def create_run(request: Request, thread_id: str) -> JSONResponse:
 @router.post("/threads/{thread_id}/runs/wait")
 async def wait_run(request: Request, thread_id: str) -> JSONResponse:
     run = await start(request, thread_id, await body(request, RUN_FIELDS))
-    async for kind, data in follow(request, run):
+    async for kind, data, _ in follow(request, run):
         if kind == "done":
             return _located(data, run)
     raise AssertionError("follow always ends with done")
-
-
-@router.post("/threads/{thread_id}/runs/stream")
-async def stream_run(request: Request, thread_id: str) -> StreamingResponse:
-    payload = await body(request, {**RUN_FIELDS, "stream_mode": ANY})
-    modes = payload.get("stream_mode") or ["values"]
-    modes = [modes] if isinstance(modes, str) else modes
-    unknown = [m for m in modes if m not in STREAM_MODES]
-    if not isinstance(modes, list) or unknown:
-        raise HTTPException(422, f"field 'stream_mode': {unknown} not among {STREAM_MODES}")
-    run = await start(request, thread_id, payload)
-    headers = {"Content-Location": run.location, "Location": run.location}
-    frames = _frames(request, run, set(modes))
-    return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
-
-
-async def _frames(request: Request, run: Started, modes: set[str]) -> AsyncIterator[bytes]:
-    yield _sse("metadata", {"run_id": run.run_id, "attempt": 1})
-    reply_id = shapes.reply_id(run.run_id)
-    async for kind, data in follow(request, run):
-        if kind == "token" and modes & {"messages-tuple", "messages"}:
-            chunk = {"type": "AIMessageChunk", "content": data.get("text", ""), "id": reply_id}
-            yield _sse("messages", [chunk, {"run_id": run.run_id, "thread_id": run.thread_id}])
-        elif kind == "done":
-            if "__error__" in data:
-                yield _sse("error", data["__error__"])
-                return
-            last = data["messages"][-1:] if data.get("messages") else []
-            if "updates" in modes:
-                update: Document = {"agent": {"messages": last}}
-                if "__interrupt__" in data:
-                    update = {"__interrupt__": data["__interrupt__"]}
-                yield _sse("updates", update)
-            if "values" in modes:
-                yield _sse("values", data)
-            return
-        elif "custom" in modes and kind not in log.BUILT_IN:
-            yield _sse("custom", {"kind": kind, "data": data})
-
-
-def _sse(event: str, data: Any) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
 @router.get("/threads/{thread_id}/runs")
@@ -300,63 +201,30 @@ async def join_run(request: Request, thread_id: str, run_id: str) -> JSONRespons
         raise HTTPException(404, "Run not found")
     run = Started(str(session["session_id"]), run_id, "", str(session["user_id"]))
     if status in ("success", "error", "interrupted"):
-        return _located(await _result(request, run, status == "error", {}), run)
+        return _located(await result(request, run, status == "error", {}), run)
     run.approval_id = ""  # follow from the start of the log: the run is under way
-    async for kind, data in follow(request, run):
+    async for kind, data, _ in follow(request, run):
         if kind == "done":
             return _located(data, run)
     raise AssertionError("follow always ends with done")
 
 
-@router.get("/threads/{thread_id}/runs/{run_id}/stream")
-async def join_stream(request: Request, thread_id: str, run_id: str) -> StreamingResponse:
-    """Join a run's stream: a finished run's final values, or the rest of a run under way
-    (its chunks from the start of its turn). ``Last-Event-ID`` other than ``-1`` (replay
-    all) is refused: these frames carry no ids to resume from."""
-    query = request.query_params
-    # The SDK sends "stream_mode=" when it names none.
-    modes = [m for m in query.getlist("stream_mode") if m] or ["values"]
-    unknown = [m for m in modes if m not in STREAM_MODES]
-    if unknown:
-        raise HTTPException(422, f"stream_mode {unknown} not among {STREAM_MODES}")
-    if query.get("cancel_on_disconnect", "false").lower() not in ("false", "0", ""):
-        raise HTTPException(422, "cancel_on_disconnect is not supported by this server")
-    if request.headers.get("last-event-id", "-1") != "-1":
-        raise HTTPException(422, "Last-Event-ID: only -1 (replay all) is supported here")
-    session = await session_of(request, thread_id)
-    status = shapes.run_status(session, run_id)
-    if status is None:
-        raise HTTPException(404, "Run not found")
-    run = Started(str(session["session_id"]), run_id, "", str(session["user_id"]))
-    if status in ("success", "error", "interrupted"):
-        result = await _result(request, run, status == "error", {})
-        frames = _finished_frames(run, result, set(modes))
-    else:
-        run.approval_id = ""  # follow from the start of the log: the run is under way
-        frames = _frames(request, run, set(modes))
-    headers = {"Content-Location": run.location}
-    return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
-
-
-async def _finished_frames(run: Started, result: Document, modes: set[str]) -> AsyncIterator[bytes]:
-    yield _sse("metadata", {"run_id": run.run_id, "attempt": 1})
-    if "__error__" in result:
-        yield _sse("error", result["__error__"])
-    elif "values" in modes:
-        yield _sse("values", result)
-
-
 @router.post("/threads/{thread_id}/runs/{run_id}/cancel")
 async def cancel_run(request: Request, thread_id: str, run_id: str) -> Response:
+    """``action=interrupt`` cancels the run (its message answered ``cancelled``);
+    ``rollback`` removes it as the double-texting rollback does (its message leaves the
+    history). Both commit before answering, so ``wait`` changes nothing."""
     action = request.query_params.get("action", "interrupt")
-    if action != "interrupt":
-        raise HTTPException(422, "action 'rollback' is not supported by this server yet")
+    if action not in ("interrupt", "rollback"):
+        raise HTTPException(422, "action must be 'interrupt' or 'rollback'")
     session = await session_of(request, thread_id)
     status = shapes.run_status(session, run_id)
     if status is None:
         raise HTTPException(404, "Run not found")
     if status in ("running", "interrupted"):
         await client_of(request).cancel_turn(
-            str(session["session_id"]), user_id=caller_of(request).user_id
+            str(session["session_id"]),
+            user_id=caller_of(request).user_id,
+            rollback=action == "rollback",
         )
     return Response(status_code=204)

@@ -51,11 +51,13 @@ def message(item: Document, index: int, thread_id: str) -> Document:
     metadata = item.get("metadata") or {}
     human = item.get("role") == "user"
     if human:
-        message_id = metadata.get("message_id") or f"{thread_id}-{index}"
+        message_id = metadata.get("message_id") or metadata.get("lg_id") or f"{thread_id}-{index}"
     else:
         # One reply per message: its id is known while its chunks stream, before it ends.
         reply_to = metadata.get("reply_to")
-        message_id = reply_id(str(reply_to)) if reply_to else f"{thread_id}-{index}"
+        message_id = (
+            reply_id(str(reply_to)) if reply_to else metadata.get("lg_id") or f"{thread_id}-{index}"
+        )
     return {
         "type": "human" if human else "ai",
         "content": item.get("content", ""),

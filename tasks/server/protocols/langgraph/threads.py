@@ -146,6 +146,49 @@ async def get_state_at(request: Request, thread_id: str, checkpoint_id: str) -> 
     return shapes.state(past, [], "phases")
 
 
+@router.post("/threads/{thread_id}/state")
+async def update_state(request: Request, thread_id: str) -> Document:
+    """``values.messages`` appended to the thread's history as one new checkpoint (a
+    revision), on a thread of a phases agent. A checkpoint to branch from, or
+    ``as_node``, is refused: no node is replayed here."""
+    query = await body(request, {"values": ANY, "as_node": None, "checkpoint": None,
+                                 "checkpoint_id": None})  # fmt: skip
+    session = await session_of(request, thread_id)
+    if await kind_of_session(request, session) == "langgraph":
+        # Its graph's state is its own checkpoints, which appending to the history would
+        # leave behind: refused rather than diverge.
+        raise HTTPException(422, "update_state on a LangGraph graph's thread is not supported")
+    values = query.get("values")
+    if not isinstance(values, dict) or set(values) != {"messages"}:
+        raise HTTPException(422, "field 'values' must be {\"messages\": [...]}")
+    raw = values["messages"]
+    items = [raw] if isinstance(raw, dict) else raw
+    if not isinstance(items, list) or not items:
+        raise HTTPException(422, "field 'values.messages' must be a message or a list of them")
+    messages = [_history_item(item) for item in items]
+    revision = await client_of(request).append_messages(
+        str(session["session_id"]), messages, user_id=caller_of(request).user_id
+    )
+    checkpoint = {"thread_id": str(session["session_id"]), "checkpoint_ns": "",
+                  "checkpoint_id": str(revision), "checkpoint_map": {}}  # fmt: skip
+    return {"checkpoint": checkpoint, "configurable": checkpoint}
+
+
+def _history_item(item: Any) -> Document:
+    """A LangGraph message (``{"type": "human"|"ai"}`` or ``{"role": "user"|"assistant"}``)
+    as a history item; its id is kept."""
+    kind = item.get("type") or item.get("role") if isinstance(item, dict) else None
+    role = {"human": "user", "user": "user", "ai": "assistant", "assistant": "assistant"}
+    if kind not in role:
+        raise HTTPException(422, "field 'values.messages': each needs type 'human' or 'ai'")
+    content = item.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    # Not ``message_id``: that names a run (a turn's message), and this one is none.
+    metadata = {"lg_id": str(item["id"])} if item.get("id") else {}
+    return {"role": role[kind], "content": content, "metadata": metadata}
+
+
 @router.post("/threads/{thread_id}/history")
 async def get_history(request: Request, thread_id: str) -> list[Document]:
     query = await body(request, {"limit": ANY, "before": ANY, "metadata": None, "checkpoint": None})
