@@ -85,9 +85,13 @@ def test_tools_run_as_tasks_polled_to_completion(api: Api) -> None:
         turn = await start(session, "ask_default", {"message": "what is 12*7?"})
         done = [await poll(session, t.task_id, {"completed", "failed"}) for t in (action, turn)]
         answers = [await result(session, t.task_id) for t in (action, turn)]
-        return caps, listed, action, done, answers
+        tasks = await session.send_request(types.ListTasksRequest(), types.ListTasksResult)
+        return caps, listed, action, done, answers, tasks, turn
 
-    caps, listed, action, done, answers = asyncio.run(session_of(api, "alice", work))
+    caps, listed, action, done, answers, tasks, turn = asyncio.run(session_of(api, "alice", work))
+    by_id = {task.task_id: task.status for task in tasks.tasks}
+    assert by_id[action.task_id] == by_id[turn.task_id] == "completed"
+    assert caps is not None and caps.tasks is not None and caps.tasks.list is not None
     assert caps is not None and caps.tasks is not None
     assert caps.tasks.requests is not None and caps.tasks.requests.tools is not None
     assert caps.tasks.requests.tools.call is not None
@@ -123,6 +127,8 @@ def test_another_users_task_is_missing(api: Api) -> None:
     task_id = asyncio.run(session_of(api, "alice", mine))
 
     async def theirs(session: ClientSession) -> list[str]:
+        listed = await session.send_request(types.ListTasksRequest(), types.ListTasksResult)
+        assert task_id not in {task.task_id for task in listed.tasks}
         errors = []
         for task in (task_id, "turn.nope", "other"):
             try:

@@ -52,6 +52,7 @@ class _TaskServer(Server[Any]):
     def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
         found = super().get_capabilities(*args, **kwargs)
         found.tasks = types.ServerTasksCapability(
+            list=types.TasksListCapability(),
             cancel=types.TasksCancelCapability(),
             requests=types.ServerTasksRequestsCapability(
                 tools=types.TasksToolsCapability(call=types.TasksCallCapability())

@@ -8,6 +8,7 @@ the turn or workflow. Another user's task, or an unknown one, answers as missing
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -16,11 +17,14 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import A2AError
 from mcp import types
 from mcp.shared.exceptions import MCPError
+from sqlalchemy import Engine, literal, select, union_all
 
 from state.clock import iso, utcnow
 from state.documents.codec import Document
 from state.errors import AgentStateError, NotFoundError
 from state.ids import validate_id
+from state.storage.db import read_connection
+from state.storage.tables import inbox, workflows
 from tasks.server.protocols import turns
 from tasks.server.protocols.a2a import tasks as a2a_tasks
 from tasks.server.protocols.a2a.tasks import Door
@@ -29,6 +33,10 @@ from tasks.server.protocols.mcp import tools
 from tasks.server.protocols.mcp.tools import ASK, Call
 
 TURN, WORKFLOW = "turn.", "workflow."
+# What a call made as a task is marked with: its message's idempotency key, or its
+# workflow's id, starts so (tasks/list finds them by it).
+MARK = "mcp-task-"
+PAGE = 50
 POLL_MS = 1000
 INVALID_PARAMS = -32602
 _TURN_STATES: dict[int, types.TaskStatus] = {
@@ -82,12 +90,19 @@ async def start(call: Call, name: str, arguments: dict[str, Any]) -> Document:
         if owner is not None and call.who.user_id not in (None, owner):
             raise MCPError(INVALID_PARAMS, "unknown session")
         message_id = await call.client.send_message(
-            session_id, text, user_id=acting_user(call.who, owner), agent=name[len(ASK) :]
+            session_id,
+            text,
+            user_id=acting_user(call.who, owner),
+            agent=name[len(ASK) :],
+            idempotency_key=f"{MARK}{uuid.uuid4().hex}",  # marks it as a task (tasks/list)
         )
         task_id = TURN + message_id
     elif name in await tools.action_names(call):
         owner_id = call.who.user_id or acting_user(call.who, None)
-        spec = {"steps": [{"step_id": "run", "action": name, "inputs": arguments}]}
+        spec = {
+            "workflow_id": f"{MARK}{uuid.uuid4().hex}",  # marks it as a task (tasks/list)
+            "steps": [{"step_id": "run", "action": name, "inputs": arguments}],
+        }
         task_id = WORKFLOW + await call.client.start_workflow(spec, user_id=owner_id)
     else:
         raise MCPError(INVALID_PARAMS, f"unknown tool {name!r}")
@@ -135,7 +150,7 @@ def _wire(task: Any) -> Document:
     return shown
 
 
-METHODS = frozenset({"tasks/get", "tasks/result", "tasks/cancel"})
+METHODS = frozenset({"tasks/get", "tasks/result", "tasks/cancel", "tasks/list"})
 
 
 def is_task_request(method: object, params: object) -> bool:
@@ -148,6 +163,8 @@ def is_task_request(method: object, params: object) -> bool:
 
 async def answer(call: Call, method: str, params: object) -> Document:
     """The result of a Tasks request (MCPError for a bad one)."""
+    if params is None and method == "tasks/list":  # its params are all optional
+        params = {}
     if not isinstance(params, dict):
         raise MCPError(INVALID_PARAMS, f"{method} needs params")
     if method == "tools/call":
@@ -155,6 +172,8 @@ async def answer(call: Call, method: str, params: object) -> Document:
         if not isinstance(name, str) or not isinstance(arguments, dict):
             raise MCPError(INVALID_PARAMS, "a tool call needs a name and arguments")
         return {"task": await start(call, name, arguments)}
+    if method == "tasks/list":
+        return await listing(call, params.get("cursor"))
     task_id = params.get("taskId")
     if not isinstance(task_id, str):
         raise MCPError(INVALID_PARAMS, f"{method} needs params.taskId")
@@ -204,3 +223,37 @@ async def cancel(call: Call, task_id: str) -> Document:
     else:
         await call.client.cancel_workflow(source["workflow_id"], user_id=call.who.user_id)
     return _wire((await _read(call, task_id))[0])
+
+
+def _marked(engine: Engine, user_id: str | None, skip: int) -> list[str]:
+    """The task ids of the calls made as tasks (of ``user_id``, if given), newest first."""
+    turn_rows = select(
+        inbox.c.message_id.label("id"), inbox.c.created_at, literal(TURN).label("kind")
+    ).where(inbox.c.idempotency_key.like(f"{MARK}%"))
+    flows = select(
+        workflows.c.workflow_id.label("id"), workflows.c.created_at, literal(WORKFLOW).label("kind")
+    ).where(workflows.c.workflow_id.like(f"{MARK}%"))
+    if user_id is not None:
+        turn_rows = turn_rows.where(inbox.c.user_id == user_id)
+        flows = flows.where(workflows.c.user_id == user_id)
+    both = union_all(turn_rows, flows).subquery()
+    query = (
+        select(both.c.id, both.c.kind)
+        .order_by(both.c.created_at.desc(), both.c.id)
+        .offset(skip)
+        .limit(PAGE + 1)
+    )
+    with read_connection(engine) as conn:
+        return [f"{row.kind}{row.id}" for row in conn.execute(query)]
+
+
+async def listing(call: Call, cursor: object) -> Document:
+    """``tasks/list``: the caller's tasks, newest first, ``PAGE`` at a time."""
+    if cursor is not None and (not isinstance(cursor, str) or not cursor.isdigit()):
+        raise MCPError(INVALID_PARAMS, "invalid cursor")
+    skip = int(cursor or 0)
+    found = await asyncio.to_thread(_marked, call.engine, call.who.user_id, skip)
+    page: Document = {"tasks": [await get(call, task_id) for task_id in found[:PAGE]]}
+    if len(found) > PAGE:
+        page["nextCursor"] = str(skip + PAGE)
+    return page
