@@ -381,6 +381,10 @@ class Settings(BaseSettings):
     webhook_allow_private: bool = False
     """Allow webhook URLs that resolve to loopback, private or link-local addresses (checked when
     a hook is added and again at every send, on the address connected to)."""
+    public_url: str = ""
+    """The server's public base URL (``https://agents.example.com``): the A2A agent cards name
+    their endpoint under it. Empty: the host the card was asked from (fine unless a proxy
+    rewrites it)."""
 
     @property
     def step_queue(self) -> str:
@@ -493,11 +497,12 @@ class Settings(BaseSettings):
         base = self.otlp_endpoint or "http://localhost:4318"
         return base.rstrip("/") + "/v1/traces"
 
-    @field_validator("otlp_endpoint", "otlp_traces_endpoint")
+    @field_validator("otlp_endpoint", "otlp_traces_endpoint", "public_url")
     @classmethod
     def _http_url(cls, value: str, info: ValidationInfo) -> str:
         if value and not value.startswith(("http://", "https://")):
-            variable = OTEL_ALIASES[str(info.field_name)]
+            name = str(info.field_name)
+            variable = OTEL_ALIASES.get(name, f"AGENTSTATE_{name.upper()}")
             raise ConfigurationError(f"{variable} must be an http:// or https:// URL")
         return value
 

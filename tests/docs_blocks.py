@@ -30,6 +30,7 @@ BLOCK = re.compile(r"```(?:python|\{\.python\})\n(.*?)```", re.S)
 
 # Blocks that are parts of a page's story, not programs: (page, their first line).
 FRAGMENTS = {
+    ("docs/guides/a2a.md", "config = pb.TaskPushNotificationConfig("),
     ("docs/guides/approvals.md", "# in your agent (planning or executing may ask)"),
     ("docs/guides/apps.md", "workflow_id = agent.start_workflow("),
     ("docs/guides/async-client.md", "async with AsyncAgentClient() as agent:"),

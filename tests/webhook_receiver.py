@@ -22,6 +22,7 @@ class Received:
     body: bytes
     verified: Any  # the parsed body if the signature verified, else the error's text
     answered: int
+    headers: dict[str, str] = field(default_factory=dict)  # lower-cased names
 
 
 @dataclass
@@ -78,6 +79,7 @@ class Receiver:
                     body,
                     verified,
                     status,
+                    lowered,
                 )
             )
         handler.send_response(status)

@@ -86,8 +86,18 @@ class WebhookRow(Base):
     enabled: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=true())
     disabled_reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    # An A2A push notification config (migration 0028): the task it hears (the turn's
+    # message id; the outbox triggers give it that task's events only), the config's id,
+    # and what it asks to be sent back (``X-A2A-Notification-Token``, ``Authorization``).
+    a2a_task: Mapped[str | None] = mapped_column(String(64))
+    a2a_config: Mapped[str | None] = mapped_column(ID)
+    a2a_token: Mapped[str | None] = mapped_column(Text)
+    a2a_auth: Mapped[str | None] = mapped_column(Text)
 
-    __table_args__ = (Index("ix_webhooks_user", "user_id", "created_at"),)
+    __table_args__ = (
+        Index("ix_webhooks_user", "user_id", "created_at"),
+        Index("uq_webhooks_a2a", "a2a_task", "a2a_config", unique=True),
+    )
 
 
 class DeliveryRow(Base):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Engine, false, select, update
@@ -25,6 +25,7 @@ from state.errors import NotFoundError, RunStateError
 from state.paging import whole_number
 from state.storage.db import read_connection
 from state.storage.tables_automation import deliveries, webhooks
+from state.webhooks import pushes
 from state.webhooks.outbox import DeliveryStatus
 
 MAX_PAGE = 1000
@@ -55,6 +56,8 @@ class Attempt:
     secret: str
     payload: str
     tries: int
+    # Headers the hook asks for besides the signature's (an A2A config's token, auth).
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -110,16 +113,33 @@ class DeliveryStore:
             if row is None:
                 return None
             hook = conn.execute(
-                select(webhooks.c.url, webhooks.c.secret, webhooks.c.enabled).where(
-                    webhooks.c.webhook_id == row.webhook_id
-                )
+                select(
+                    webhooks.c.url,
+                    webhooks.c.secret,
+                    webhooks.c.enabled,
+                    webhooks.c.a2a_task,
+                    webhooks.c.a2a_token,
+                    webhooks.c.a2a_auth,
+                ).where(webhooks.c.webhook_id == row.webhook_id)
             ).first()
             if hook is None or not hook.enabled:
                 _finish(conn, delivery_id, DeliveryStatus.FAILED, [], "the webhook is disabled")
                 return None
         payload = row.payload if isinstance(row.payload, str) else codec.dumps(row.payload)
+        headers: dict[str, str] = {}
+        if hook.a2a_task is not None:  # an A2A config: the protocol's body, its headers
+            # Made from the stored body alone, so every attempt sends the same bytes.
+            payload = codec.dumps(pushes.a2a_body(codec.loads(payload), hook.a2a_task))
+            headers = pushes.a2a_headers(hook.a2a_token, hook.a2a_auth)
         return Attempt(
-            delivery_id, claim, row.webhook_id, hook.url, hook.secret, payload, int(row.tries)
+            delivery_id,
+            claim,
+            row.webhook_id,
+            hook.url,
+            hook.secret,
+            payload,
+            int(row.tries),
+            headers,
         )
 
     def record(self, attempt: Attempt, outcome: Outcome, rules: RetryRules) -> str:

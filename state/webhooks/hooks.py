@@ -121,7 +121,7 @@ class HookStore:
 
     def get(self, webhook_id: str, user_id: str | None = None) -> Document | None:
         """The hook (without its secret), or None (unknown, or not ``user_id``'s)."""
-        query = select(webhooks).where(webhooks.c.webhook_id == webhook_id)
+        query = select(webhooks).where(webhooks.c.webhook_id == webhook_id, _plain())
         if user_id is not None:
             query = query.where(webhooks.c.user_id == user_id)
         with read_connection(self.engine) as conn:
@@ -130,7 +130,9 @@ class HookStore:
 
     def listing(self, user_id: str | None = None) -> list[Document]:
         """Every hook (of ``user_id``, if given), oldest first, without secrets."""
-        query = select(webhooks).order_by(webhooks.c.created_at, webhooks.c.webhook_id)
+        query = (
+            select(webhooks).where(_plain()).order_by(webhooks.c.created_at, webhooks.c.webhook_id)
+        )
         if user_id is not None:
             query = query.where(webhooks.c.user_id == user_id)
         with read_connection(self.engine) as conn:
@@ -138,7 +140,7 @@ class HookStore:
 
     def remove(self, webhook_id: str, user_id: str | None = None) -> bool:
         """Delete the hook and its deliveries (NotFoundError if there is none)."""
-        statement = delete(webhooks).where(webhooks.c.webhook_id == webhook_id)
+        statement = delete(webhooks).where(webhooks.c.webhook_id == webhook_id, _plain())
         if user_id is not None:
             statement = statement.where(webhooks.c.user_id == user_id)
         with self.engine.begin() as conn:
@@ -146,6 +148,11 @@ class HookStore:
                 raise unknown(webhook_id)
             conn.execute(delete(deliveries).where(deliveries.c.webhook_id == webhook_id))
         return True
+
+
+def _plain() -> Any:
+    """Not an A2A push notification config (those are the A2A door's, see ``pushes``)."""
+    return webhooks.c.a2a_task.is_(None)
 
 
 def as_document(row: Any) -> Document:

@@ -51,6 +51,7 @@ def attempt(delivery: Attempt, rules: SendRules) -> Outcome:
     body = delivery.payload.encode()
     timestamp = int(time.time())
     headers = {
+        **delivery.headers,
         "content-type": "application/json",
         "user-agent": USER_AGENT,
         "webhook-id": delivery.delivery_id,

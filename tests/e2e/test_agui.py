@@ -315,3 +315,26 @@ def test_the_official_http_agent_runs_and_resumes(
     history = [(m["role"], m["content"]) for m in stored["message_history"]]
     assert [(m["role"], m["content"]) for m in seen["messages"]] == history
     assert sum(role == "user" for role, _ in history) == 3  # the resume started no turn
+
+
+def test_a_client_holding_the_state_gets_a_json_patch(api: Api, agent: AgentClient) -> None:
+    """A run sent with the state the client holds ends with a ``STATE_DELTA`` when the
+    patch is smaller than the snapshot: a retried run (no new turn) against the last
+    snapshot is an empty patch; a new turn changes most of the session, so a snapshot."""
+    import jsonpatch
+
+    from tasks.server.protocols.agui.projection import state_of
+
+    alice = api.client("alice")
+    thread = uid("thread")
+    body = run_input(thread, "what is 2+3?")
+    first = run(alice, body)
+    held = next(e for e in first if e.type == EventType.STATE_SNAPSHOT).snapshot
+    again = run(alice, {**body, "state": held})
+    kinds = types(again)
+    assert "STATE_SNAPSHOT" not in kinds and kinds[-3:-1] == ["STATE_DELTA", "MESSAGES_SNAPSHOT"]
+    (delta,) = [e for e in again if e.type == EventType.STATE_DELTA]
+    stored = state_of(agent.get_session(thread, user_id="alice", history_limit=0) or {})
+    assert jsonpatch.apply_patch(held, delta.delta) == json.loads(json.dumps(stored))
+    later = run(alice, {**run_input(thread, "and 4+4?"), "state": held})
+    assert "STATE_SNAPSHOT" in types(later)  # the patch would be the larger

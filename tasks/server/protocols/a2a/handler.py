@@ -27,7 +27,6 @@ from a2a.utils.errors import (
     A2AError,
     InternalError,
     InvalidParamsError,
-    PushNotificationNotSupportedError,
     TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
@@ -37,6 +36,7 @@ from state.errors import BadInputError, NotFoundError, SessionOwnershipError
 from state.ids import validate_id
 from state.sessions.snapshot import InboxState
 from tasks.server.protocols import turns
+from tasks.server.protocols.a2a import push
 from tasks.server.protocols.a2a import tasks as a2a_tasks
 from tasks.server.protocols.a2a.stream import TurnStream
 from tasks.server.protocols.a2a.tasks import Door
@@ -150,8 +150,8 @@ class _Turn:
 
 
 class AgentstateHandler(RequestHandler):
-    """Every method of A2A 1.0's JSON-RPC binding but push notifications and the
-    extended card, on agentstate's client (see the module docstring)."""
+    """Every method of A2A 1.0's JSON-RPC binding but the extended card, on agentstate's
+    client (see the module docstring; push notification configs in ``push``)."""
 
     @guarded
     async def on_message_send(
@@ -218,25 +218,29 @@ class AgentstateHandler(RequestHandler):
         await door.client.cancel_turn(record["session_id"], user_id=door.who.user_id)
         return await a2a_tasks.load(door, params.id)
 
+    @guarded
     async def on_create_task_push_notification_config(
         self, params: pb.TaskPushNotificationConfig, context: ServerCallContext
     ) -> pb.TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError
+        return await push.create(door_of(context), params)
 
+    @guarded
     async def on_get_task_push_notification_config(
         self, params: pb.GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> pb.TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError
+        return await push.get(door_of(context), params)
 
+    @guarded
     async def on_list_task_push_notification_configs(
         self, params: pb.ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> pb.ListTaskPushNotificationConfigsResponse:
-        raise PushNotificationNotSupportedError
+        return await push.listing(door_of(context), params)
 
+    @guarded
     async def on_delete_task_push_notification_config(
         self, params: pb.DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
-        raise PushNotificationNotSupportedError
+        await push.remove(door_of(context), params)
 
     async def on_get_extended_agent_card(
         self, params: pb.GetExtendedAgentCardRequest, context: ServerCallContext

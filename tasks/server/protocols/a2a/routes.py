@@ -99,7 +99,7 @@ class _Releasing(Response):
 
 def card(settings: Settings, agent: str, base_url: str, version: str) -> pb.AgentCard:
     """The public card of ``agent``: where to call it, and how to authenticate."""
-    public = getattr(settings, "public_url", None) or base_url
+    public = settings.public_url or base_url
     made = pb.AgentCard(
         name=agent,
         description=f"agentstate agent {agent!r}: a message in, the agent's reply out; each "
@@ -112,7 +112,7 @@ def card(settings: Settings, agent: str, base_url: str, version: str) -> pb.Agen
                 protocol_version=PROTOCOL_VERSION_1_0,
             )
         ],
-        capabilities=pb.AgentCapabilities(streaming=True, push_notifications=False),
+        capabilities=pb.AgentCapabilities(streaming=True, push_notifications=True),
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain"],
         skills=[

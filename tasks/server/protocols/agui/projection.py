@@ -4,7 +4,8 @@
 walks; the reply as exactly one ``TEXT_MESSAGE_START``/``TEXT_MESSAGE_CONTENT``.../
 ``TEXT_MESSAGE_END`` (the streamed chunks are its deltas, and what the stored reply has
 beyond them one last delta; an unstreamed reply is one delta); what a handler emits as
-``CUSTOM``; then ``STATE_SNAPSHOT`` and ``MESSAGES_SNAPSHOT`` of the session as stored, and
+``CUSTOM``; then ``STATE_SNAPSHOT`` (or ``STATE_DELTA`` against the state the run was sent
+with, when smaller: ``delta``) and ``MESSAGES_SNAPSHOT`` of the session as stored, and
 ``RUN_FINISHED`` (outcome ``success``, ``interrupt`` for an approval, ``cancelled``) or
 ``RUN_ERROR`` for a turn that failed (after its apology, which is its reply).
 """
@@ -29,6 +30,7 @@ from ag_ui.core import (
     RunFinishedInterruptOutcome,
     RunFinishedSuccessOutcome,
     RunStartedEvent,
+    StateDeltaEvent,
     StateSnapshotEvent,
     StepFinishedEvent,
     StepStartedEvent,
@@ -42,6 +44,7 @@ from ag_ui.core import (
 from state.documents.codec import Document
 from state.errors import InvalidPayloadError
 from tasks.server.protocols import turns
+from tasks.server.protocols.agui.delta import cheaper_delta
 
 # What the resume payload of an approval holds (the interrupt's ``responseSchema``).
 DECISION_SCHEMA: dict[str, Any] = {
@@ -212,7 +215,12 @@ async def run_events(
     found = await session()
     if found is not None:
         doc, ids = found
-        yield StateSnapshotEvent(snapshot=state_of(doc))
+        state = state_of(doc)
+        delta = cheaper_delta(run.state, state)
+        if delta is None:
+            yield StateSnapshotEvent(snapshot=state)
+        else:
+            yield StateDeltaEvent(delta=delta)
         yield MessagesSnapshotEvent(messages=messages_of(doc, ids))
     yield _last(run, outcome.interrupts, outcome.failed, outcome.cancelled)
 

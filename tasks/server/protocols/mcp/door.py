@@ -4,6 +4,7 @@ its body is read, and the key's user travels to the tools with the request."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -11,12 +12,14 @@ from typing import Any
 from mcp import types
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from starlette.types import Receive, Scope, Send
+from mcp.shared.exceptions import MCPError
+from starlette.responses import JSONResponse
+from starlette.types import Message, Receive, Scope, Send
 
 from state.errors import UnauthorizedError
 from tasks.server.auth import Caller, KeyTable
 from tasks.server.errors import error_response
-from tasks.server.protocols.mcp import tools
+from tasks.server.protocols.mcp import task_calls, tools
 from tasks.server.protocols.mcp.tools import Call
 
 PATH = "/mcp"
@@ -24,11 +27,12 @@ _CALLER = "agentstate.caller"
 
 
 def _call_of(context: Any) -> Call:
-    request = context.request
-    app = request.scope["app"]
-    return Call(
-        app.state.client, app.state.backend.engine, app.state.settings, request.scope[_CALLER]
-    )
+    return _call_in(context.request.scope)
+
+
+def _call_in(scope: Scope) -> Call:
+    app = scope["app"]
+    return Call(app.state.client, app.state.backend.engine, app.state.settings, scope[_CALLER])
 
 
 async def _list_tools(
@@ -41,9 +45,25 @@ async def _call_tool(context: Any, params: types.CallToolRequestParams) -> types
     return await tools.call_tool(_call_of(context), params.name, dict(params.arguments or {}))
 
 
+class _TaskServer(Server[Any]):
+    """The SDK's server, saying it runs ``tools/call`` as tasks (``tasks`` capability of
+    revision 2025-11-25; the SDK has the types but no server side of its own)."""
+
+    def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
+        found = super().get_capabilities(*args, **kwargs)
+        found.tasks = types.ServerTasksCapability(
+            list=types.TasksListCapability(),
+            cancel=types.TasksCancelCapability(),
+            requests=types.ServerTasksRequestsCapability(
+                tools=types.TasksToolsCapability(call=types.TasksCallCapability())
+            ),
+        )
+        return found
+
+
 def build(version: str) -> StreamableHTTPSessionManager:
     """The transport of one app (its ``run()`` is entered by the app's lifespan)."""
-    server: Server[Any] = Server(
+    server: Server[Any] = _TaskServer(
         "agentstate",
         version=version,
         instructions="Each ask_{agent} tool talks to an agent of this deployment (pass "
@@ -74,7 +94,60 @@ class McpDoor:
             await error_response(401, "unauthorized", str(exc))(scope, receive, send)
             return
         scope[_CALLER] = who
-        await self.manager.handle_request(scope, receive, send)
+        if scope.get("method") != "POST":
+            await self.manager.handle_request(scope, receive, send)
+            return
+        body = await _body(receive)
+        answer = await _task_call(scope, body)
+        if answer is not None:
+            await answer(scope, receive, send)
+            return
+        await self.manager.handle_request(scope, _replay(body, receive), send)
+
+
+async def _body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The request's body once more (read already), then the connection's own messages."""
+    sent = False
+
+    async def again() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return again
+
+
+async def _task_call(scope: Scope, body: bytes) -> JSONResponse | None:
+    """A Tasks request answered here (None: anything else, for the SDK). mcp 2.3.0's
+    server checks a ``tools/call`` answer as a ``CallToolResult`` (a ``CreateTaskResult``
+    cannot pass) and drops a task's ``ttl`` when it is null (unlimited), which the schema
+    requires; so the Tasks methods of revision 2025-11-25 are served beside it."""
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(request, dict):
+        return None
+    method, params = request.get("method"), request.get("params")
+    if not task_calls.is_task_request(method, params):
+        return None
+    envelope: dict[str, Any] = {"jsonrpc": "2.0", "id": request.get("id")}
+    try:
+        envelope["result"] = await task_calls.answer(_call_in(scope), str(method), params)
+    except MCPError as exc:
+        envelope["error"] = {"code": exc.error.code, "message": exc.error.message}
+    return JSONResponse(envelope)
 
 
 @asynccontextmanager

@@ -49,6 +49,9 @@ ASK_OUTPUT: Document = {
     "required": ["session_id", "reply"],
 }
 
+# Every tool may run as an MCP task (``task_calls``): a turn or a workflow either way.
+TASKS_OPTIONAL = types.ToolExecution(task_support="optional")
+
 
 @dataclass(frozen=True)
 class Call:
@@ -84,16 +87,24 @@ async def tools(call: Call) -> list[types.Tool]:
             description=f"Send a message to the agent {agent!r} and get its reply.",
             input_schema=ASK_SCHEMA,
             output_schema=ASK_OUTPUT,
+            execution=TASKS_OPTIONAL,
         )
         for agent in known_agents(call.settings)
     ]
     for name in await action_names(call):
         about = action_description(name) or f"Run the workflow action {name!r}."
-        found.append(types.Tool(name=name, description=about, input_schema=action_inputs(name)))
+        found.append(
+            types.Tool(
+                name=name,
+                description=about,
+                input_schema=action_inputs(name),
+                execution=TASKS_OPTIONAL,
+            )
+        )
     return found
 
 
-def _result(structured: Document, text: str | None = None) -> types.CallToolResult:
+def result_of(structured: Document, text: str | None = None) -> types.CallToolResult:
     """A tool's answer: ``text`` (else the structured content's JSON) and the structure."""
     shown = text if text is not None else codec.dumps(structured)
     return types.CallToolResult(
@@ -154,7 +165,7 @@ async def ask(call: Call, agent: str, arguments: dict[str, Any]) -> types.CallTo
                 answer["approval_id"] = item.approval_id
     if answer["reply"] is None and "approval_id" not in answer:
         answer["status"] = "working"  # still going past the wait: the session tells the rest
-    return _result(answer, answer["reply"])
+    return result_of(answer, answer["reply"])
 
 
 async def run_action(call: Call, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
@@ -167,9 +178,9 @@ async def run_action(call: Call, name: str, arguments: dict[str, Any]) -> types.
             workflow_id, timeout=call.wait_s, user_id=call.who.user_id
         )
     except TimeoutError:
-        return _result({"workflow_id": workflow_id, "status": "running"})
+        return result_of({"workflow_id": workflow_id, "status": "running"})
     step = done["steps"]["run"]
     if done["status"] != "success":
         return failure(f"action {name!r} failed: {step.get('error') or done['status']}")
     outputs: Document = dict(step.get("outputs") or {})
-    return _result(outputs)
+    return result_of(outputs)
