@@ -150,19 +150,21 @@ def test_the_async_client_lists_and_picks_agents(
 def test_http_lists_agents_and_takes_a_messages_agent(
     registry_settings: Settings, pool: Path, client: AgentClient
 ) -> None:
-    keys = new_keys("alice")
+    # A user of this test's own: the shout count is the user's, across modules.
+    alice = uid("alice")
+    keys = new_keys(alice)
     with serving(registry_settings, pool, keys) as api:
-        http = api.client("alice")
+        http = api.client(alice)
         listed = http.get("/v1/agents")
         assert listed.status_code == 200, listed.text
         assert listed.json()[1] == {"name": "shout", "kind": "phases"}
         assert api.client().get("/v1/agents").status_code == 401
         session_id = uid("s")
         url = f"/v1/sessions/{session_id}/messages"
-        sent = http.post(url, json={"text": "over http", "user_id": "alice", "agent": "shout"})
+        sent = http.post(url, json={"text": "over http", "user_id": alice, "agent": "shout"})
         assert sent.status_code == 202, sent.text
         assert last_reply(client, session_id) == "OVER HTTP! (shout 1)"
-        refused = http.post(url, json={"text": "x", "user_id": "alice", "agent": "default"})
+        refused = http.post(url, json={"text": "x", "user_id": alice, "agent": "default"})
         assert refused.status_code == 400, refused.text
-        unknown = http.post(url, json={"text": "x", "user_id": "alice", "agent": "nobody"})
+        unknown = http.post(url, json={"text": "x", "user_id": alice, "agent": "nobody"})
         assert unknown.status_code == 400, unknown.text

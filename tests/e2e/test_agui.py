@@ -152,7 +152,8 @@ def test_an_approval_is_an_interrupt_that_the_next_run_resumes(
     assert "TEXT_MESSAGE_START" not in types(asked)
     outcome = asked[-1].outcome
     assert outcome.type == "interrupt" and len(outcome.interrupts) == 1
-    pending = agent.approvals(user_id="alice")
+    # (Other modules' alices may have approvals of their own: this thread's only.)
+    pending = [p for p in agent.approvals(user_id="alice") if p["session_id"] == thread]
     assert [p["approval_id"] for p in pending] == [outcome.interrupts[0].id]
     turns_before = _user_messages(agent, thread)
 
@@ -169,7 +170,9 @@ def test_an_approval_is_an_interrupt_that_the_next_run_resumes(
     assert "forgotten" in text_of(resumed)
     assert next(e.step_name for e in resumed if e.type == EventType.STEP_STARTED) == "executing"
     assert _user_messages(agent, thread) == turns_before  # a resume starts no new turn
-    decided = agent.approvals(user_id="alice", pending=False)
+    decided = [
+        d for d in agent.approvals(user_id="alice", pending=False) if d["session_id"] == thread
+    ]
     assert decided[0]["by"] == "alice" and decided[0]["note"] == "go"
 
     run(alice, run_input(thread, "remember that water is wet"))
@@ -179,7 +182,7 @@ def test_an_approval_is_an_interrupt_that_the_next_run_resumes(
     rejected = run(alice, run_input(thread, None, resume=cancel))
     assert rejected[-1].outcome.type == "success"
     assert "kept" in text_of(rejected).lower()
-    assert agent.approvals(user_id="alice") == []
+    assert [p for p in agent.approvals(user_id="alice") if p["session_id"] == thread] == []
     # The same interrupt again: decided already, refused before any stream.
     answer = alice.post("/agui/default", json=run_input(thread, None, resume=cancel))
     assert answer.status_code == 404, answer.text

@@ -361,8 +361,9 @@ def test_the_cli_cancels_retries_and_lists(
     workflow_id = client.start_workflow(spec)
     wait_until(lambda: effects.hget(effects_key(run_id), "g:started") == "1")
     assert "cancelled" in run(control_settings, "workflow", "cancel", workflow_id).stdout
-    effects.set(f"{effects_key(run_id)}:open", 1)
     retried = run(control_settings, "workflow", "retry", workflow_id, "--json")
+    # Opened after the retry's answer: a fast worker cannot have finished it by then.
+    effects.set(f"{effects_key(run_id)}:open", 1)
     assert retried.returncode == 0 and '"status": "running"' in retried.stdout
     assert client.wait_for_workflow(workflow_id, timeout=30)["status"] == "success"
     listed = run(control_settings, "workflow", "list", "--status", "success", "--limit", "5")

@@ -21,6 +21,7 @@ from state.storage.tables import steps
 from state.workflows.calls import ActionFn
 from state.workflows.engine import WorkflowEngine
 from state.workflows.store import WorkflowStore
+from tests.support import uid
 
 
 @quick
@@ -42,7 +43,9 @@ def _engine(
 ) -> tuple[WorkflowEngine, RecordingDispatcher]:
     dispatcher = RecordingDispatcher()
     store = WorkflowStore.for_engine(Backend.build(settings).engine)
-    tuned = settings.model_copy(update={"hop_policy": policy})
+    # A queue of its own: workers other modules ran on the default queue may still count
+    # in its fleet cap for a few seconds (tests/integration/test_fleet_cap.py tests that).
+    tuned = settings.model_copy(update={"hop_policy": policy, "queue": uid("q")})
     return WorkflowEngine(store, dispatcher, ACTIONS.get, tuned), dispatcher
 
 
