@@ -25,6 +25,7 @@ from bench import (
     harness,
     http,
     interactive,
+    langgraph_protocol,
     lifecycle,
     observability,
     suite,
@@ -74,6 +75,8 @@ ROWS: dict[str, Callable[[list[Row], list[str], float, Any], None]] = {
     "webhooks": automation.webhooks,
     # Agent frameworks (bench/frameworks.py): a Pydantic AI agent, agentstate vs DBOS.
     "pydantic-ai": frameworks.pydantic_ai,
+    # LangGraph's Agent Server protocol (bench/langgraph_protocol.py): runs/s through /lg.
+    "lg": langgraph_protocol.lg_runs,
 }
 
 

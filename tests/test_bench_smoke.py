@@ -286,6 +286,13 @@ def test_the_completion_poll_reads_only_the_polled_sessions(bench_target: None) 
         assert re.search(_BY_SESSION, plan), plan
 
 
+def test_the_lg_row_runs(bench_target: None) -> None:
+    table, notes = run("lg")
+    finite(table)
+    assert table[0].name == "runs/s through /lg (langgraph-sdk) vs the Python client"
+    assert any(note.startswith("lg: ") for note in notes)
+
+
 def test_the_http_rows_run(bench_target: None) -> None:
     table, _ = run("http", "followers")
     finite(table)
